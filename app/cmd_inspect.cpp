@@ -1,0 +1,49 @@
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/inspect.hpp"
+#include "command.hpp"
+
+namespace app {
+
+namespace {
+struct InspectArgs {
+    std::string file;
+    bool json = false;
+    bool all = false;
+    std::string state_dict_key;
+    std::vector<std::string> keys;
+};
+}  // namespace
+
+Runner setup_inspect(CLI::App& sub, const GlobalOptions& global) {
+    auto a = std::make_shared<InspectArgs>();
+    sub.add_option("FILE", a->file, "Checkpoint to inspect (.pth, .pt, .ckpt, .bin)")->required();
+    sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/inspect.schema.json)");
+    sub.add_flag("--all", a->all, "Every tensor (optimizer state too), no elided rows");
+    sub.add_option("--state-dict-key", a->state_dict_key,
+                   "Dotted path of the state dict inside the file (default: detected)");
+    sub.add_option("--keys", a->keys, "List only tensors whose key matches this glob (repeatable)");
+    return [a, &global]() {
+        ckpt::OpenOptions open;
+        if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
+        auto c = ckpt::Checkpoint::open(a->file, open);
+        spdlog::debug("{}: {} records, pickle {} bytes, {} storages, {} tensors", a->file,
+                      c->record_count(), c->pickle_size(), c->storages().size(), c->tensors().size());
+        ckpt::InspectOptions options;
+        options.key_globs = a->keys;
+        options.all = a->all;
+        ckpt::InspectReport report = ckpt::inspect(*c, options);
+        if (a->json) {
+            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        } else {
+            ckpt::render_text(report, std::cout, {global.color_enabled()});
+        }
+        std::cout.flush();
+        return 0;
+    };
+}
+
+}  // namespace app

@@ -1,0 +1,31 @@
+// What every subcommand file gives the command table, and what main gives every subcommand.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace app {
+
+struct GlobalOptions {
+    bool verbose = false;
+    bool quiet = false;
+    std::string color = "auto";  // auto | always | never
+    bool color_enabled() const;  // for stdout
+};
+
+// A subcommand binds its options to `sub` and returns the function that runs it (its exit code).
+using Runner = std::function<int()>;
+using Setup = Runner (*)(CLI::App& sub, const GlobalOptions& global);
+
+struct Command {
+    const char* name;
+    const char* summary;
+    const char* examples;
+    Setup setup;
+};
+
+Runner setup_inspect(CLI::App& sub, const GlobalOptions& global);
+
+}  // namespace app

@@ -1,0 +1,111 @@
+// ckpt-tool: the command table and the one place errors become exit codes
+// (0 clean, 1 findings, 2 error).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "ckpt/error.hpp"
+#include "ckpt/report.hpp"
+#include "command.hpp"
+
+namespace app {
+
+bool GlobalOptions::color_enabled() const {
+    if (color == "always") return true;
+    if (color == "never") return false;
+    const char* term = std::getenv("TERM");
+    return isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR") && !(term && std::string(term) == "dumb");
+}
+
+namespace {
+
+const Command k_commands[] = {
+    {"inspect", "Show what a checkpoint holds: keys, dtypes, shapes, sizes, shared storage, the rest "
+                "of a training checkpoint. Reads no tensor bytes.",
+     "  ckpt-tool inspect model.pth\n"
+     "  ckpt-tool inspect ckpt.pth --json > manifest.json\n"
+     "  ckpt-tool inspect ckpt.pth --state-dict-key model --keys 'encoder.*'",
+     setup_inspect},
+};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+void setup_logging(const GlobalOptions& g) {
+    auto logger = spdlog::stderr_color_mt("ckpt-tool");
+    logger->set_pattern("ckpt-tool: %^%l%$: %v");
+    logger->set_level(g.verbose ? spdlog::level::debug : g.quiet ? spdlog::level::err : spdlog::level::info);
+    spdlog::set_default_logger(logger);
+}
+
+}  // namespace
+}  // namespace app
+
+int main(int argc, char** argv) {
+    using namespace app;
+    CLI::App cli{"ckpt-tool: inspect, check and repair PyTorch checkpoints without running them."};
+    cli.set_version_flag("--version", std::string("ckpt-tool ") + ckpt::tool_version());
+    cli.require_subcommand(1);
+    GlobalOptions global;
+    cli.add_flag("-v,--verbose", global.verbose, "Debug detail on stderr");
+    cli.add_flag("-q,--quiet", global.quiet, "Errors only on stderr");
+    cli.add_option("--color", global.color, "Colour in text output")
+        ->check(CLI::IsMember({"auto", "always", "never"}))
+        ->capture_default_str();
+    cli.footer("Exit codes: 0 clean, 1 findings, 2 error.\nRun 'ckpt-tool COMMAND --help' for a command's options and examples.");
+
+    Runner run;
+    for (const Command& c : k_commands) {
+        CLI::App* sub = cli.add_subcommand(c.name, c.summary);
+        sub->footer(std::string("Examples:\n") + c.examples);
+        Runner r = c.setup(*sub, global);
+        sub->callback([&run, r] { run = r; });
+    }
+
+    try {
+        cli.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) return cli.exit(e);  // --help, --version
+        cli.exit(e);
+        if (argc > 1 && argv[1][0] != '-') {
+            std::string best;
+            size_t best_d = 3;
+            for (const Command& c : k_commands) {
+                size_t d = edit_distance(argv[1], c.name);
+                if (d < best_d) {
+                    best_d = d;
+                    best = c.name;
+                }
+            }
+            if (!best.empty()) std::cerr << "Did you mean '" << best << "'?\n";
+        }
+        return 2;
+    }
+    setup_logging(global);
+    try {
+        return run ? run() : 2;
+    } catch (const ckpt::Error& e) {
+        spdlog::error("{}", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        return 2;
+    }
+}

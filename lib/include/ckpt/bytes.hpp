@@ -1,0 +1,113 @@
+// Bounds-checked reading. Every read of file bytes in the core goes through ByteReader, so parsing code
+// stays straight: a lying length or offset throws ckpt::Error(corrupt) before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ckpt/error.hpp"
+
+namespace ckpt {
+
+// A view of bytes: never owns. The owner (a mapping or a buffer) outlives every view of it.
+struct ByteView {
+    const uint8_t* data = nullptr;
+    uint64_t size = 0;
+
+    std::string_view as_chars() const {
+        return {reinterpret_cast<const char*>(data), static_cast<size_t>(size)};
+    }
+    // The sub-range [offset, offset + length), or nullopt when it does not fit.
+    std::optional<ByteView> sub(uint64_t offset, uint64_t length) const {
+        if (offset > size || length > size - offset) return std::nullopt;
+        return ByteView{data + offset, length};
+    }
+};
+
+// a * b, or nullopt on overflow.
+inline std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+    return r;
+}
+inline std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+    return r;
+}
+
+// A cursor over a ByteView. `base` is the absolute offset of the view in its file, so errors name
+// the byte in the file, not in the record.
+class ByteReader {
+public:
+    ByteReader(ByteView view, std::string context, uint64_t base = 0)
+        : m_view(view), m_context(std::move(context)), m_base(base) {}
+
+    uint64_t pos() const { return m_pos; }
+    uint64_t remaining() const { return m_view.size - m_pos; }
+    bool at_end() const { return m_pos == m_view.size; }
+    uint64_t file_offset() const { return m_base + m_pos; }
+    void seek(uint64_t pos) {
+        if (pos > m_view.size) fail("seek past the end");
+        m_pos = pos;
+    }
+
+    uint8_t u8() { return *take(1); }
+    uint16_t u16le() { return static_cast<uint16_t>(le(2)); }
+    uint32_t u32le() { return static_cast<uint32_t>(le(4)); }
+    uint64_t u64le() { return le(8); }
+    int32_t i32le() { return static_cast<int32_t>(u32le()); }
+    double f64be() {
+        const uint8_t* p = take(8);
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; ++i) bits = (bits << 8) | p[i];
+        double d;
+        std::memcpy(&d, &bits, 8);
+        return d;
+    }
+    // `length` bytes as a view; the length is checked against what is left before anything else.
+    ByteView bytes(uint64_t length) {
+        const uint8_t* p = take(length);
+        return ByteView{p, length};
+    }
+    // Bytes up to (not including) the next '\n', which is consumed.
+    std::string_view line() {
+        const uint8_t* start = m_view.data + m_pos;
+        const void* nl = std::memchr(start, '\n', static_cast<size_t>(remaining()));
+        if (!nl) fail("line without a newline");
+        uint64_t n = static_cast<const uint8_t*>(nl) - start;
+        m_pos += n + 1;
+        return {reinterpret_cast<const char*>(start), static_cast<size_t>(n)};
+    }
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Error(ErrorKind::corrupt, "", m_context + ": " + what, file_offset());
+    }
+
+private:
+    const uint8_t* take(uint64_t n) {
+        if (n > remaining())
+            fail("truncated: needs " + std::to_string(n) + " bytes, " + std::to_string(remaining()) +
+                 " left");
+        const uint8_t* p = m_view.data + m_pos;
+        m_pos += n;
+        return p;
+    }
+    uint64_t le(int n) {
+        const uint8_t* p = take(n);
+        uint64_t v = 0;
+        for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+        return v;
+    }
+
+    ByteView m_view;
+    std::string m_context;
+    uint64_t m_base;
+    uint64_t m_pos = 0;
+};
+
+}  // namespace ckpt

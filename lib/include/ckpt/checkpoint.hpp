@@ -1,0 +1,162 @@
+// The checkpoint model: what a file holds, independent of its format. Readers (torch zip, later
+// legacy and safetensors) fill it; every command works on it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.hpp"
+#include "ckpt/globals.hpp"
+#include "ckpt/pickle.hpp"
+#include "ckpt/value.hpp"
+
+namespace ckpt {
+
+class MappedFile;
+class ZipArchive;
+class RecordData;
+
+struct StorageInfo {
+    std::string key;             // persistent id key ("0")
+    DType dtype = DType::untyped;
+    uint64_t numel = 0;          // elements (bytes for untyped storages)
+    std::string location;        // "cpu", "cuda:0"
+    std::string storage_class;   // "torch.FloatStorage"
+    std::string record;          // "root/data/0"
+    bool record_present = false;
+    uint64_t record_size = 0;
+    uint64_t nbytes() const { return numel * dtype_size(dtype); }
+};
+
+struct TensorInfo {
+    DType dtype = DType::float32;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> stride;
+    int64_t storage_offset = 0;  // elements
+    size_t storage = 0;          // index into Checkpoint::storages
+    bool requires_grad = false;
+    bool is_parameter = false;
+    std::string rebuild;         // the rebuild function ("torch._utils._rebuild_tensor_v2")
+    std::string subclass;        // tensor subclass for _rebuild_from_type_v2, "" when plain
+    uint64_t numel = 0;
+    uint64_t extent = 0;         // elements of the storage the tensor spans from its offset
+    uint64_t nbytes() const { return numel * dtype_size(dtype); }
+    bool contiguous() const;
+};
+
+// A leaf of the value tree, by its dotted path from the root object.
+struct Entry {
+    std::string key;
+    const Value* value = nullptr;
+    std::optional<size_t> tensor;  // index into Checkpoint::tensors when the leaf is a tensor
+};
+
+struct StateDictEntry {
+    std::string name;  // the key a model's load_state_dict sees ("conv1.weight")
+    size_t entry = 0;  // index into Checkpoint::entries
+};
+
+enum class StateDictKind {
+    none,    // no mapping of names to tensors was found
+    dict,    // a dict/OrderedDict of name → tensor
+    module,  // a pickled nn.Module: names built from _parameters/_buffers/_modules
+    tree,    // a TorchScript module: every tensor attribute by its path
+};
+const char* state_dict_kind_name(StateDictKind k);
+
+struct StateDict {
+    StateDictKind kind = StateDictKind::none;
+    std::string path;                     // dotted path of the mapping from the root, "" for top level
+    std::vector<StateDictEntry> entries;  // tensors, in order
+    size_t other_values = 0;              // non-tensor values in the mapping
+    bool has_metadata = false;            // OrderedDict carries _metadata (module versions)
+    const Value* value = nullptr;
+};
+
+struct GlobalRef {
+    std::string module, name;
+    GlobalClass cls = GlobalClass::unknown;
+    uint64_t count = 0;
+    uint64_t first_offset = 0;  // file offset of the first opcode naming it
+    std::string record;         // the record holding the pickle
+    std::string full_name() const { return module + "." + name; }
+};
+
+struct Problem {
+    std::string kind;     // "missing_record", "record_size", "out_of_bounds", "storage_conflict" …
+    std::string key;      // the tensor key or record it concerns
+    std::string message;
+};
+
+enum class Format { torch_zip, torchscript };
+const char* format_name(Format f);
+
+struct OpenOptions {
+    std::optional<std::string> state_dict_key;  // --state-dict-key
+    PickleLimits pickle_limits;
+};
+
+class Checkpoint {
+public:
+    // Reads the container directory and runs the pickle: no tensor bytes are touched.
+    // Throws Error for anything that cannot be read (with the path filled in).
+    static std::unique_ptr<Checkpoint> open(const std::string& path, const OpenOptions& options = {});
+    ~Checkpoint();
+
+    const std::string& path() const { return m_path; }
+    uint64_t file_size() const;
+    Format format() const { return m_format; }
+    const std::string& zip_root() const { return m_root; }
+    const std::string& byteorder() const { return m_byteorder; }
+    bool byteorder_recorded() const { return m_byteorder_recorded; }
+    const std::string& version() const { return m_version; }
+    uint8_t pickle_protocol() const { return m_protocol; }
+    uint64_t pickle_size() const { return m_pickle_size; }
+    size_t record_count() const;
+    size_t compressed_records() const;
+    bool zip64() const;
+
+    const Value* root() const { return m_root_value; }
+    const std::vector<StorageInfo>& storages() const { return m_storages; }
+    const std::vector<TensorInfo>& tensors() const { return m_tensors; }
+    const std::vector<Entry>& entries() const { return m_entries; }
+    const StateDict& state_dict() const { return m_state_dict; }
+    const std::vector<GlobalRef>& globals() const { return m_globals; }
+    const std::vector<Problem>& problems() const { return m_problems; }
+
+    // Number of distinct tensors (by rebuild object) viewing each storage.
+    std::vector<size_t> storage_users() const;
+
+    // Internal: readers fill these.
+    struct Builder;
+
+private:
+    Checkpoint() = default;
+    friend struct Builder;
+
+    std::string m_path;
+    std::unique_ptr<MappedFile> m_file;
+    std::unique_ptr<ZipArchive> m_zip;
+    std::unique_ptr<RecordData> m_pickle;
+    ValueArena m_arena;
+    Format m_format = Format::torch_zip;
+    std::string m_root, m_byteorder = "little", m_version;
+    bool m_byteorder_recorded = false;
+    uint8_t m_protocol = 0;
+    uint64_t m_pickle_size = 0;
+    const Value* m_root_value = nullptr;
+    std::vector<StorageInfo> m_storages;
+    std::vector<TensorInfo> m_tensors;
+    std::vector<Entry> m_entries;
+    StateDict m_state_dict;
+    std::vector<GlobalRef> m_globals;
+    std::vector<Problem> m_problems;
+};
+
+// Dotted path part of a dict key: str keys as they are, ints in decimal, others by repr.
+std::string key_part(const Value* key);
+
+}  // namespace ckpt

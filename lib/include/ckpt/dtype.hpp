@@ -1,0 +1,27 @@
+// Tensor element types, named as PyTorch names them without "torch.".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ckpt {
+
+enum class DType : uint8_t {
+    float32, float64, float16, bfloat16,
+    complex32, complex64, complex128,
+    uint8, int8, int16, int32, int64, boolean,
+    qint8, quint8, qint32, quint4x2, quint2x4,
+    float8_e4m3fn, float8_e5m2,
+    uint16, uint32, uint64,
+    untyped,  // torch.UntypedStorage before _rebuild_tensor_v3 says what the bytes are
+};
+
+std::string_view dtype_name(DType d);              // "float32", "bool" …
+uint64_t dtype_size(DType d);                      // bytes per element (1 for untyped)
+std::optional<DType> dtype_from_name(std::string_view name);  // "float32", also "float", "half" …
+// The element type of a storage class ("FloatStorage" → float32); nullopt for unknown names.
+std::optional<DType> dtype_from_storage_class(std::string_view name);
+bool dtype_is_floating(DType d);
+
+}  // namespace ckpt

@@ -1,0 +1,84 @@
+// `inspect`: what a checkpoint holds, from its directory and pickle alone.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace ckpt {
+
+struct InspectOptions {
+    std::vector<std::string> key_globs;  // --keys: list only matching tensors (by key or name)
+    bool all = false;                    // --all: every tensor, no elided rows
+};
+
+struct TensorRow {
+    std::string key;                    // dotted path from the root
+    std::optional<std::string> name;    // its name in the state dict, when it is in it
+    size_t tensor = 0;                  // index into Checkpoint::tensors
+    bool shared = false;                // its storage is viewed by another tensor too
+};
+
+struct ObjectRow {
+    std::string key, type, repr;
+};
+
+struct Hint {
+    std::string kind;     // "wrapper_prefix", "common_prefix", "no_state_dict" …
+    std::string message;
+    std::string command;  // a command that repairs it, or ""
+};
+
+struct Warning {
+    std::string kind;     // "unknown_global", "dangerous_global"
+    std::string message;
+};
+
+struct DTypeTotal {
+    std::string dtype;
+    uint64_t tensors = 0, elements = 0, bytes = 0;
+};
+
+struct Totals {
+    uint64_t tensors = 0, elements = 0, bytes = 0;
+    std::vector<DTypeTotal> by_dtype;  // in order of first appearance
+    void add(const TensorInfo& t);
+};
+
+struct OptimizerSummary {
+    std::string key;                  // "optimizer"
+    size_t param_groups = 0, params = 0, states = 0;
+    std::vector<std::string> state_fields;  // exp_avg, exp_avg_sq, step …
+    std::string hyperparameters;            // "lr=0.001, betas=(0.9, 0.999), …" of the first group
+};
+
+struct InspectReport {
+    const Checkpoint* checkpoint = nullptr;
+    InspectOptions options;
+    std::vector<TensorRow> tensors;    // every tensor entry (all, not filtered), in file order
+    std::vector<ObjectRow> objects;    // non-tensor leaves
+    std::vector<OptimizerSummary> optimizers;
+    std::vector<Hint> hints;
+    std::vector<Warning> warnings;
+    Totals state_dict_totals, all_totals;
+    uint64_t storage_bytes = 0;        // unique storages
+    bool listed(const TensorRow& row) const;  // passes --keys
+};
+
+// Throws Error(corrupt) when the file's tensors do not fit its storages (the first problem, and how
+// many more there are): inspect reads, it does not diagnose damage (verify does).
+InspectReport inspect(const Checkpoint& checkpoint, const InspectOptions& options);
+
+nlohmann::json to_json(const InspectReport& report);
+
+struct TextStyle {
+    bool color = false;
+};
+void render_text(const InspectReport& report, std::ostream& out, const TextStyle& style);
+
+}  // namespace ckpt

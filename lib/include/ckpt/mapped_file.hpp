@@ -1,0 +1,29 @@
+// A read-only memory mapping of a whole file. Tensor bytes are touched only where a command reads them;
+// `inspect` touches the zip directory and data.pkl, nothing else.
+#pragma once
+
+#include <string>
+
+#include "ckpt/bytes.hpp"
+
+namespace ckpt {
+
+class MappedFile {
+public:
+    // Throws Error(io) when the file cannot be opened or mapped, naming the path.
+    explicit MappedFile(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const std::string& path() const { return m_path; }
+    ByteView view() const { return {static_cast<const uint8_t*>(m_data), m_size}; }
+    uint64_t size() const { return m_size; }
+
+private:
+    std::string m_path;
+    void* m_data = nullptr;
+    uint64_t m_size = 0;
+};
+
+}  // namespace ckpt

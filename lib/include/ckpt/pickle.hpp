@@ -1,0 +1,51 @@
+// A restricted pickle virtual machine: it runs the opcodes of protocols 0-5 and calls nothing.
+// GLOBAL/STACK_GLOBAL push inert global values; REDUCE, NEWOBJ and friends ask the hooks whether they
+// know the callable (a torch rebuild function, OrderedDict …) and otherwise build an opaque object that
+// keeps its class, arguments and state. Caps on depth, memo and sizes turn hostile input into an Error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ckpt/bytes.hpp"
+#include "ckpt/value.hpp"
+
+namespace ckpt {
+
+struct PickleLimits {
+    uint32_t max_depth = 1000;            // nesting of containers and objects
+    uint64_t max_memo = 50'000'000;       // memo entries
+    uint64_t max_stack = 50'000'000;      // values on the stack (and marks)
+    uint64_t max_container = 100'000'000; // items of one container
+};
+
+// What the VM asks of the layer that knows the meaning of globals. Each hook returns the value to push,
+// or nullptr for "not mine" (the VM then builds an opaque object or fails, as the hook says).
+class PickleHooks {
+public:
+    virtual ~PickleHooks() = default;
+    // A GLOBAL or STACK_GLOBAL (module already mapped to its Python 3 name). Returns the value to push:
+    // the arena global `g` itself, or a typed value (a dtype).
+    virtual Value* global(Value* g) { return g; }
+    // REDUCE / NEWOBJ of `callable` with `args` (a tuple). `made` is the opaque object the VM built for
+    // it; return a typed value to push instead, or nullptr to push `made` itself.
+    virtual Value* reduce(Value* made) { (void)made; return nullptr; }
+    // BINPERSID / PERSID. Return the value to push; the default refuses.
+    virtual Value* persistent_load(Value* pid, uint64_t offset);
+};
+
+struct PickleResult {
+    Value* root = nullptr;
+    uint8_t protocol = 0;     // from PROTO, 0 when absent
+    uint64_t end = 0;         // bytes consumed (up to and including STOP)
+};
+
+// Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and
+// `context` names it in errors ("data.pkl").
+PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
+                        const std::string& context, uint64_t base = 0, PickleLimits limits = {});
+
+// Python 2 module names that pickle's fix_imports maps (`__builtin__` → `builtins`, `copy_reg` → …).
+std::string python3_module(std::string_view module);
+
+}  // namespace ckpt

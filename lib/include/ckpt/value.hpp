@@ -1,0 +1,107 @@
+// The value tree a pickle builds. Values live in an arena owned by whoever ran the pickle, and point
+// at each other with raw pointers: memo references, shared objects and even cycles (a list that
+// contains itself) cost nothing to build or to free, and no destructor recurses.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckpt {
+
+enum class ValueKind : uint8_t {
+    none,
+    boolean,      // i: 0 or 1
+    integer,      // i
+    big_integer,  // s: little-endian two's complement bytes (LONG1/LONG4 past 64 bits)
+    floating,     // f
+    complex,      // f, f2 (builtins.complex)
+    string,       // s: UTF-8
+    bytes,        // s (bytes, or _codecs.encode)
+    bytearray,    // s
+    tuple,        // items; type_name "torch.Size" for sizes
+    list,         // items
+    dict,         // entries (k0, v0, k1, v1, …); type_name "collections.OrderedDict" when ordered
+    set,          // items
+    frozenset,    // items
+    global,       // s: module, s2: name (a reference to a class or function; never resolved)
+    object,       // an opaque instance: callable + args (+ state, items, entries); see `how`
+    tensor,       // i: index into the reader's tensor table; raw: the rebuild call
+    storage,      // i: index into the reader's storage table; raw: the persistent id tuple
+    dtype,        // s2: dtype name ("float32"); raw: the global
+    device,       // s: "cpu", "cuda", …; i: index or -1; raw: the torch.device call
+};
+
+// How an opaque object was made, so it can be written back the same way.
+enum class MakeHow : uint8_t { reduce, newobj, newobj_ex, inst, obj };
+
+struct Value {
+    ValueKind kind = ValueKind::none;
+    MakeHow how = MakeHow::reduce;
+    uint32_t depth = 0;       // nesting depth below this value (as built), capped by the VM
+    int64_t i = 0;
+    double f = 0, f2 = 0;
+    std::string_view s;
+    std::string_view s2;      // global name; type name of typed containers
+    std::vector<Value*> items;
+    std::vector<Value*> entries;  // key, value, key, value, …
+    Value* callable = nullptr;    // object: the class or function (a global)
+    Value* args = nullptr;        // object: the argument tuple (kwargs dict second for newobj_ex)
+    Value* kwargs = nullptr;
+    Value* state = nullptr;       // BUILD state (object attributes, OrderedDict._metadata …)
+    Value* raw = nullptr;         // typed values: the object they were rebuilt from
+    uint64_t offset = 0;          // file offset of the opcode that made it
+
+    bool is(ValueKind k) const { return kind == k; }
+    size_t dict_size() const { return entries.size() / 2; }
+    Value* dict_key(size_t n) const { return entries[2 * n]; }
+    Value* dict_value(size_t n) const { return entries[2 * n + 1]; }
+    // The value for a string key in a dict, or nullptr.
+    Value* get(std::string_view key) const;
+};
+
+class ValueArena {
+public:
+    explicit ValueArena(uint64_t max_values = 20'000'000) : m_max(max_values) {}
+    ValueArena(const ValueArena&) = delete;
+    ValueArena& operator=(const ValueArena&) = delete;
+
+    // Throws Error(limit) past the cap.
+    Value* make(ValueKind kind, uint64_t offset = 0);
+    std::string_view own(std::string text);
+
+    Value* none() { return &m_none; }
+    Value* boolean(bool b) { return b ? &m_true : &m_false; }
+    Value* integer(int64_t v, uint64_t offset);
+    uint64_t count() const { return m_values.size(); }
+
+private:
+    uint64_t m_max;
+    std::deque<Value> m_values;
+    std::deque<std::string> m_strings;
+    static Value make_constant(ValueKind kind, int64_t i) {
+        Value v;
+        v.kind = kind;
+        v.i = i;
+        return v;
+    }
+    Value m_none = make_constant(ValueKind::none, 0);
+    Value m_true = make_constant(ValueKind::boolean, 1);
+    Value m_false = make_constant(ValueKind::boolean, 0);
+};
+
+// Python-like text of a value, cut to about `max_chars` (with "…"); never recurses deeper than
+// `max_depth` (deeper parts show as "…"), never loops on cycles.
+std::string repr(const Value* v, size_t max_chars = 200, int max_depth = 12);
+// Python's repr of a float (shortest round-trip, "1.0", "1e-05", "inf", "nan").
+std::string repr_float(double d);
+// Decimal text of a little-endian two's complement integer.
+std::string big_integer_decimal(std::string_view le_bytes);
+// "module.name" of a global value (or of an object's class), "" for anything else.
+std::string global_name(const Value* v);
+// Short type name for reports: "int", "str", "argparse.Namespace", "collections.OrderedDict" …
+std::string type_name(const Value* v);
+
+}  // namespace ckpt

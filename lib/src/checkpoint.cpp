@@ -1,0 +1,469 @@
+// Opening a checkpoint: sniff the format, read its directory and pickle, then flatten the value tree
+// into keyed leaves and find the state dict.
+#include "ckpt/checkpoint.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/error.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/zip.hpp"
+#include "torch_hooks.hpp"
+
+namespace ckpt {
+
+const char* state_dict_kind_name(StateDictKind k) {
+    switch (k) {
+        case StateDictKind::none: return "none";
+        case StateDictKind::dict: return "dict";
+        case StateDictKind::module: return "module";
+        case StateDictKind::tree: return "tree";
+    }
+    return "none";
+}
+
+const char* format_name(Format f) {
+    switch (f) {
+        case Format::torch_zip: return "torch-zip";
+        case Format::torchscript: return "torchscript";
+    }
+    return "?";
+}
+
+bool TensorInfo::contiguous() const {
+    int64_t expected = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] != 1 && stride[d] != expected) return false;
+        expected *= shape[d];
+    }
+    return true;
+}
+
+std::string key_part(const Value* key) {
+    switch (key->kind) {
+        case ValueKind::string: return std::string(key->s);
+        case ValueKind::integer: return std::to_string(key->i);
+        default: return repr(key, 60, 2);
+    }
+}
+
+Checkpoint::~Checkpoint() = default;
+uint64_t Checkpoint::file_size() const { return m_file ? m_file->size() : 0; }
+size_t Checkpoint::record_count() const { return m_zip ? m_zip->entries().size() : 0; }
+bool Checkpoint::zip64() const { return m_zip && m_zip->zip64(); }
+size_t Checkpoint::compressed_records() const {
+    if (!m_zip) return 0;
+    size_t n = 0;
+    for (const auto& e : m_zip->entries()) n += e.method != 0;
+    return n;
+}
+
+std::vector<size_t> Checkpoint::storage_users() const {
+    std::vector<size_t> users(m_storages.size(), 0);
+    std::unordered_set<const Value*> seen;
+    for (const Entry& e : m_entries)
+        if (e.tensor && seen.insert(e.value).second) ++users[m_tensors[*e.tensor].storage];
+    return users;
+}
+
+namespace {
+
+constexpr int k_max_walk_depth = 2000;
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// The first bytes of formats this version does not read yet, for a clear message.
+void reject_other_formats(ByteView file) {
+    static const uint8_t legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                           0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    if (file.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): not a checkpoint");
+    if (file.size >= sizeof legacy_magic && std::equal(legacy_magic, legacy_magic + sizeof legacy_magic, file.data))
+        throw Error(ErrorKind::unsupported, "",
+                    "legacy torch format (torch < 1.6 or _use_new_zipfile_serialization=False) is not "
+                    "read by this version yet");
+    if (file.size >= 265 && std::string_view(reinterpret_cast<const char*>(file.data) + 257, 5) == "ustar")
+        throw Error(ErrorKind::unsupported, "", "tar-format torch checkpoint (torch < 0.4) is not supported");
+    if (file.size >= 10 && file.data[8] == '{') {
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = (n << 8) | file.data[i];
+        if (n <= file.size - 8)
+            throw Error(ErrorKind::unsupported, "", "safetensors files are not read by this version yet");
+    }
+    if (file.data[0] == 0x80)
+        throw Error(ErrorKind::format, "", "a bare pickle, not a torch.save checkpoint");
+    throw Error(ErrorKind::format, "", "not a PyTorch checkpoint (no zip archive, no known format)");
+}
+
+}  // namespace
+
+struct Checkpoint::Builder {
+    Checkpoint& c;
+    const OpenOptions& options;
+    std::unordered_map<std::string, size_t> entry_by_key;
+
+    void read_torch_zip();
+    void check_storages();
+    void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
+    void add_leaf(const std::string& key, const Value* v);
+    bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);
+    void find_state_dict();
+    size_t dict_tensor_count(const Value* v) const;
+    void take_dict(const Value* d, const std::string& path);
+    bool is_module(const Value* v) const;
+    void take_module(const Value* m, const std::string& path);
+    void walk_module(const Value* m, const std::string& entry_path, const std::string& name_prefix,
+                     int depth);
+    const Value* resolve(const std::string& dotted, std::string& path_out) const;
+
+    std::unordered_map<const Value*, bool> m_has_tensor;
+};
+
+void Checkpoint::Builder::read_torch_zip() {
+    ZipArchive zip = ZipArchive::open(c.m_file->view());
+    c.m_zip = std::make_unique<ZipArchive>(std::move(zip));
+    const auto& entries = c.m_zip->entries();
+    if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
+    const std::string& first = entries.front().name;
+    size_t slash = first.find('/');
+    if (slash == std::string::npos || slash == 0)
+        throw Error(ErrorKind::format, "",
+                    "zip archive whose first record '" + first + "' is not in a folder: not a torch.save file");
+    c.m_root = first.substr(0, slash);
+    std::string prefix = c.m_root + "/";
+    const ZipEntry* pkl = c.m_zip->find(prefix + "data.pkl");
+    if (!pkl)
+        throw Error(ErrorKind::format, "", "zip archive without " + prefix + "data.pkl: not a torch.save checkpoint");
+    if (c.m_zip->find(prefix + "constants.pkl") || c.m_zip->find(prefix + "code/")) c.m_format = Format::torchscript;
+    for (const auto& e : entries)
+        if (starts_with(e.name, prefix + "code/")) {
+            c.m_format = Format::torchscript;
+            break;
+        }
+
+    auto small_text = [&](const std::string& name) -> std::optional<std::string> {
+        const ZipEntry* e = c.m_zip->find(prefix + name);
+        if (!e) return std::nullopt;
+        if (e->size > 64) throw Error(ErrorKind::corrupt, "", "record " + e->name + " is too large");
+        RecordData d = c.m_zip->record_data(*e);
+        std::string s(d.view().as_chars());
+        while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+        return s;
+    };
+    c.m_version = small_text("version").value_or(small_text(".data/version").value_or(""));
+    if (auto bo = small_text("byteorder")) {
+        c.m_byteorder = *bo;
+        c.m_byteorder_recorded = true;
+        if (*bo != "little" && *bo != "big")
+            throw Error(ErrorKind::corrupt, "", "byteorder record says '" + *bo + "'");
+    }
+
+    c.m_pickle = std::make_unique<RecordData>(c.m_zip->record_data(*pkl));
+    uint64_t base = pkl->method == 0 ? c.m_zip->data_offset(*pkl) : 0;
+    c.m_pickle_size = c.m_pickle->view().size;
+    TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, pkl->name);
+    PickleResult r = run_pickle(c.m_pickle->view(), c.m_arena, hooks, pkl->name, base,
+                                options.pickle_limits);
+    c.m_root_value = r.root;
+    c.m_protocol = r.protocol;
+
+    for (auto& s : c.m_storages) {
+        s.record = prefix + "data/" + s.key;
+        if (const ZipEntry* e = c.m_zip->find(s.record)) {
+            s.record_present = true;
+            s.record_size = e->size;
+        }
+    }
+}
+
+void Checkpoint::Builder::check_storages() {
+    for (const auto& s : c.m_storages) {
+        if (!s.record_present) {
+            c.m_problems.push_back({"missing_record", s.record,
+                                    "storage " + s.key + " has no record " + s.record});
+        } else if (s.record_size != s.nbytes()) {
+            c.m_problems.push_back(
+                {"record_size", s.record,
+                 "record " + s.record + " holds " + std::to_string(s.record_size) + " bytes, but storage " +
+                     s.key + " is " + std::to_string(s.numel) + " × " + std::string(dtype_name(s.dtype)) +
+                     " = " + std::to_string(s.nbytes()) + " bytes"});
+        }
+    }
+    std::unordered_set<size_t> reported;
+    for (const Entry& e : c.m_entries) {
+        if (!e.tensor || reported.count(*e.tensor)) continue;
+        const TensorInfo& t = c.m_tensors[*e.tensor];
+        const StorageInfo& s = c.m_storages[t.storage];
+        uint64_t elem_capacity = s.dtype == DType::untyped ? s.numel / dtype_size(t.dtype) : s.numel;
+        uint64_t need = t.numel == 0 ? 0 : static_cast<uint64_t>(t.storage_offset) + t.extent;
+        if (need > elem_capacity) {
+            reported.insert(*e.tensor);
+            c.m_problems.push_back(
+                {"out_of_bounds", e.key,
+                 "tensor " + e.key + " (offset " + std::to_string(t.storage_offset) + ", spans " +
+                     std::to_string(t.extent) + " elements) runs past the end of storage " + s.key +
+                     " (" + std::to_string(elem_capacity) + " elements)"});
+        }
+    }
+}
+
+void Checkpoint::Builder::add_leaf(const std::string& key, const Value* v) {
+    Entry e;
+    e.key = key;
+    e.value = v;
+    if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i);
+    entry_by_key.emplace(key, c.m_entries.size());
+    c.m_entries.push_back(std::move(e));
+}
+
+bool Checkpoint::Builder::contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path) {
+    if (v->kind == ValueKind::tensor) return true;
+    auto it = m_has_tensor.find(v);
+    if (it != m_has_tensor.end()) return it->second;
+    if (depth > k_max_walk_depth)
+        throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
+    if (!path.insert(v).second) return false;  // a cycle: nothing new below
+    bool found = false;
+    auto scan = [&](const std::vector<Value*>& vs) {
+        for (const Value* x : vs)
+            if (!found && contains_tensor(x, depth + 1, path)) found = true;
+    };
+    scan(v->items);
+    scan(v->entries);
+    if (!found && v->state) found = contains_tensor(v->state, depth + 1, path);
+    if (!found && v->kind == ValueKind::object && v->args) found = contains_tensor(v->args, depth + 1, path);
+    path.erase(v);
+    m_has_tensor[v] = found;
+    return found;
+}
+
+void Checkpoint::Builder::flatten(const Value* v, std::string& key, int depth,
+                                  std::unordered_set<const Value*>& path) {
+    if (depth > k_max_walk_depth)
+        throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
+    auto child = [&](const std::string& part, const Value* x) {
+        size_t old = key.size();
+        if (!key.empty()) key += '.';
+        key += part;
+        flatten(x, key, depth + 1, path);
+        key.resize(old);
+    };
+    bool is_dict = v->kind == ValueKind::dict;
+    bool is_seq = v->kind == ValueKind::list || v->kind == ValueKind::tuple;
+    bool is_obj = v->kind == ValueKind::object;
+    std::unordered_set<const Value*> scratch;
+    bool recurse = (is_dict && v->dict_size() > 0) ||
+                   ((is_seq || is_obj) && contains_tensor(v, 0, scratch));
+    if (!recurse || path.count(v)) {
+        add_leaf(key, v);
+        return;
+    }
+    path.insert(v);
+    if (is_dict || is_obj) {
+        for (size_t n = 0; n < v->dict_size(); ++n) child(key_part(v->dict_key(n)), v->dict_value(n));
+    }
+    if (is_seq || is_obj) {
+        for (size_t n = 0; n < v->items.size(); ++n) child(std::to_string(n), v->items[n]);
+    }
+    if (is_obj) {
+        const Value* st = v->state;
+        if (st && st->kind == ValueKind::tuple && st->items.size() == 2 && st->items[0]->kind == ValueKind::dict)
+            st = st->items[0];
+        if (st && st->kind == ValueKind::dict) {
+            for (size_t n = 0; n < st->dict_size(); ++n) child(key_part(st->dict_key(n)), st->dict_value(n));
+        } else if (st && st->kind != ValueKind::none) {
+            child("__state__", st);
+        }
+        if (v->args && !v->args->items.empty()) {
+            std::unordered_set<const Value*> s2;
+            if (contains_tensor(v->args, 0, s2)) child("__args__", v->args);
+        }
+    }
+    path.erase(v);
+}
+
+size_t Checkpoint::Builder::dict_tensor_count(const Value* v) const {
+    if (!v || v->kind != ValueKind::dict) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < v->dict_size(); ++i)
+        n += v->dict_key(i)->kind == ValueKind::string && v->dict_value(i)->kind == ValueKind::tensor;
+    return n;
+}
+
+void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
+    StateDict& sd = c.m_state_dict;
+    sd.kind = StateDictKind::dict;
+    sd.path = path;
+    sd.value = d;
+    for (size_t i = 0; i < d->dict_size(); ++i) {
+        const Value* k = d->dict_key(i);
+        const Value* v = d->dict_value(i);
+        if (k->kind != ValueKind::string || v->kind != ValueKind::tensor) {
+            ++sd.other_values;
+            continue;
+        }
+        std::string full = path.empty() ? std::string(k->s) : path + "." + std::string(k->s);
+        auto it = entry_by_key.find(full);
+        if (it != entry_by_key.end()) sd.entries.push_back({std::string(k->s), it->second});
+    }
+    sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");
+}
+
+bool Checkpoint::Builder::is_module(const Value* v) const {
+    if (!v || v->kind != ValueKind::object || !v->state || v->state->kind != ValueKind::dict) return false;
+    return v->state->get("_parameters") && v->state->get("_modules");
+}
+
+void Checkpoint::Builder::walk_module(const Value* m, const std::string& entry_path,
+                                      const std::string& name_prefix, int depth) {
+    if (depth > k_max_walk_depth) throw Error(ErrorKind::limit, "", "module tree nested too deeply");
+    const Value* st = m->state;
+    auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; };
+    std::unordered_set<std::string> non_persistent;
+    if (const Value* np = st->get("_non_persistent_buffers_set"))
+        for (const Value* x : np->items)
+            if (x->kind == ValueKind::string) non_persistent.insert(std::string(x->s));
+    for (const char* group : {"_parameters", "_buffers"}) {
+        const Value* d = st->get(group);
+        if (!d || d->kind != ValueKind::dict) continue;
+        for (size_t i = 0; i < d->dict_size(); ++i) {
+            const Value* k = d->dict_key(i);
+            if (k->kind != ValueKind::string || d->dict_value(i)->kind != ValueKind::tensor) continue;
+            std::string name(k->s);
+            if (std::string(group) == "_buffers" && non_persistent.count(name)) continue;
+            auto it = entry_by_key.find(join(join(entry_path, group), name));
+            if (it != entry_by_key.end())
+                c.m_state_dict.entries.push_back({name_prefix + name, it->second});
+        }
+    }
+    const Value* mods = st->get("_modules");
+    if (!mods || mods->kind != ValueKind::dict) return;
+    for (size_t i = 0; i < mods->dict_size(); ++i) {
+        const Value* k = mods->dict_key(i);
+        const Value* sub = mods->dict_value(i);
+        if (k->kind != ValueKind::string || !is_module(sub)) continue;
+        std::string name(k->s);
+        walk_module(sub, join(join(entry_path, "_modules"), name), name_prefix + name + ".", depth + 1);
+    }
+}
+
+void Checkpoint::Builder::take_module(const Value* m, const std::string& path) {
+    c.m_state_dict.kind = StateDictKind::module;
+    c.m_state_dict.path = path;
+    c.m_state_dict.value = m;
+    walk_module(m, path, "", 0);
+}
+
+// Resolves a dotted path through dicts and object attributes; keys may contain dots themselves,
+// so the longest matching key wins at each level.
+const Value* Checkpoint::Builder::resolve(const std::string& dotted, std::string& path_out) const {
+    const Value* v = c.m_root_value;
+    std::string rest = dotted;
+    path_out.clear();
+    while (!rest.empty()) {
+        const Value* d = v;
+        if (v->kind == ValueKind::object && v->state && v->state->kind == ValueKind::dict) d = v->state;
+        if (d->kind != ValueKind::dict) return nullptr;
+        const Value* next = nullptr;
+        size_t used = 0;
+        for (size_t i = 0; i < d->dict_size(); ++i) {
+            std::string k = key_part(d->dict_key(i));
+            if (k.size() > used && (rest == k || starts_with(rest, k + "."))) {
+                next = d->dict_value(i);
+                used = k.size();
+            }
+        }
+        if (!next) return nullptr;
+        path_out += (path_out.empty() ? "" : ".") + rest.substr(0, used);
+        rest = used == rest.size() ? "" : rest.substr(used + 1);
+        v = next;
+    }
+    return v;
+}
+
+void Checkpoint::Builder::find_state_dict() {
+    const Value* root = c.m_root_value;
+    if (options.state_dict_key) {
+        std::string path;
+        const Value* v = resolve(*options.state_dict_key, path);
+        if (!v)
+            throw Error(ErrorKind::usage, "", "--state-dict-key '" + *options.state_dict_key + "': no such key");
+        if (is_module(v)) return take_module(v, path);
+        if (dict_tensor_count(v) == 0)
+            throw Error(ErrorKind::usage, "",
+                        "--state-dict-key '" + *options.state_dict_key + "' is a " + type_name(v) +
+                            ", not a mapping of names to tensors");
+        return take_dict(v, path);
+    }
+    if (is_module(root)) return take_module(root, "");
+
+    // Top level first, then the names training code uses, in this order; most tensors wins.
+    static const char* k_names[] = {"state_dict", "model", "model_state_dict", "module", "net",
+                                    "network", "ema", "model_ema", "ema_state_dict", "params",
+                                    "weights", "generator"};
+    const Value* best = nullptr;
+    std::string best_path;
+    size_t best_count = 0;
+    auto consider = [&](const Value* v, const std::string& path) {
+        size_t n = dict_tensor_count(v);
+        if (n > best_count) {
+            best = v;
+            best_path = path;
+            best_count = n;
+        }
+    };
+    consider(root, "");
+    if (root->kind == ValueKind::dict)
+        for (const char* name : k_names) {
+            const Value* v = root->get(name);
+            if (v && is_module(v) && !best) return take_module(v, name);
+            consider(v, name);
+        }
+    if (best) return take_dict(best, best_path);
+
+    // Anywhere else: the largest mapping of names to tensors, breadth first.
+    std::vector<std::pair<const Value*, std::string>> queue{{root, ""}};
+    std::unordered_set<const Value*> seen{root};
+    for (size_t q = 0; q < queue.size() && q < 1'000'000; ++q) {
+        auto [v, path] = queue[q];
+        consider(v, path);
+        const Value* d = v->kind == ValueKind::object ? v->state : v;
+        if (!d || d->kind != ValueKind::dict) continue;
+        for (size_t i = 0; i < d->dict_size(); ++i) {
+            const Value* x = d->dict_value(i);
+            if ((x->kind == ValueKind::dict || x->kind == ValueKind::object) && seen.insert(x).second)
+                queue.push_back({x, path.empty() ? key_part(d->dict_key(i)) : path + "." + key_part(d->dict_key(i))});
+        }
+    }
+    if (best && c.m_format != Format::torchscript) return take_dict(best, best_path);
+
+    // A TorchScript module keeps parameters as attributes: every tensor by its path.
+    if (c.m_format == Format::torchscript) {
+        c.m_state_dict.kind = StateDictKind::tree;
+        c.m_state_dict.value = root;
+        for (size_t i = 0; i < c.m_entries.size(); ++i)
+            if (c.m_entries[i].tensor) c.m_state_dict.entries.push_back({c.m_entries[i].key, i});
+    }
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const OpenOptions& options) {
+    std::unique_ptr<Checkpoint> c(new Checkpoint());
+    c->m_path = path;
+    try {
+        c->m_file = std::make_unique<MappedFile>(path);
+        Builder b{*c, options, {}, {}};
+        if (!ZipArchive::sniff(c->m_file->view())) reject_other_formats(c->m_file->view());
+        b.read_torch_zip();
+        std::string key;
+        std::unordered_set<const Value*> on_path;
+        b.flatten(c->m_root_value, key, 0, on_path);
+        b.check_storages();
+        b.find_state_dict();
+    } catch (const Error& e) {
+        if (e.path().empty()) throw e.with_path(path);
+        throw;
+    }
+    return c;
+}
+
+}  // namespace ckpt

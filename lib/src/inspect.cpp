@@ -1,0 +1,186 @@
+#include "ckpt/inspect.hpp"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/error.hpp"
+#include "ckpt/keys.hpp"
+#include "ckpt/report.hpp"
+
+namespace ckpt {
+
+void Totals::add(const TensorInfo& t) {
+    ++tensors;
+    elements += t.numel;
+    bytes += t.nbytes();
+    std::string name(dtype_name(t.dtype));
+    for (auto& d : by_dtype)
+        if (d.dtype == name) {
+            ++d.tensors;
+            d.elements += t.numel;
+            d.bytes += t.nbytes();
+            return;
+        }
+    by_dtype.push_back({name, 1, t.numel, t.nbytes()});
+}
+
+bool InspectReport::listed(const TensorRow& row) const {
+    if (options.key_globs.empty()) return true;
+    return any_glob_matches(options.key_globs, row.key) ||
+           (row.name && any_glob_matches(options.key_globs, *row.name));
+}
+
+namespace {
+
+std::string file_stem_out(const std::string& path) {
+    std::string base = path;
+    size_t slash = base.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : base.substr(0, slash + 1);
+    if (slash != std::string::npos) base = base.substr(slash + 1);
+    size_t dot = base.rfind('.');
+    std::string stem = dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+    std::string ext = dot == std::string::npos || dot == 0 ? "" : base.substr(dot);
+    return dir + stem + "_stripped" + ext;
+}
+
+std::string shell_quote(const std::string& s) {
+    bool plain = !s.empty();
+    for (char ch : s)
+        plain = plain && (isalnum(static_cast<unsigned char>(ch)) || std::string_view("._-/+=:,@").find(ch) != std::string_view::npos);
+    if (plain) return s;
+    std::string out = "'";
+    for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+// {"state": {int: {...}}, "param_groups": [{"params": [...], "lr": …}, …]}
+void find_optimizers(const Checkpoint& c, const Value* v, const std::string& key, int depth,
+                     std::vector<OptimizerSummary>& out) {
+    if (depth > 3 || v->kind != ValueKind::dict) return;
+    const Value* state = v->get("state");
+    const Value* groups = v->get("param_groups");
+    if (state && groups && state->kind == ValueKind::dict && groups->kind == ValueKind::list) {
+        OptimizerSummary s;
+        s.key = key;
+        s.param_groups = groups->items.size();
+        s.states = state->dict_size();
+        for (const Value* g : groups->items) {
+            if (g->kind != ValueKind::dict) continue;
+            if (const Value* p = g->get("params")) s.params += p->items.size();
+        }
+        if (!groups->items.empty() && groups->items[0]->kind == ValueKind::dict) {
+            const Value* g = groups->items[0];
+            std::string h;
+            for (size_t i = 0; i < g->dict_size(); ++i) {
+                std::string k = key_part(g->dict_key(i));
+                if (k == "params" || k == "param_names") continue;
+                if (!h.empty()) h += ", ";
+                h += k + "=" + repr(g->dict_value(i), 40, 3);
+            }
+            s.hyperparameters = h;
+        }
+        if (s.states > 0 && state->dict_value(0)->kind == ValueKind::dict) {
+            const Value* first = state->dict_value(0);
+            for (size_t i = 0; i < first->dict_size(); ++i) s.state_fields.push_back(key_part(first->dict_key(i)));
+        }
+        out.push_back(std::move(s));
+        return;
+    }
+    for (size_t i = 0; i < v->dict_size(); ++i) {
+        std::string k = key_part(v->dict_key(i));
+        find_optimizers(c, v->dict_value(i), key.empty() ? k : key + "." + k, depth + 1, out);
+    }
+}
+
+void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
+    const StateDict& sd = c.state_dict();
+    std::vector<std::string> names;
+    for (const auto& e : sd.entries) names.push_back(e.name);
+    if (names.empty()) return;
+    std::string n = std::to_string(names.size());
+    std::string wp = wrapper_prefix(names);
+    std::string file = shell_quote(c.path());
+    std::string out = shell_quote(file_stem_out(c.path()));
+    std::string sdk = sd.path.empty() ? "" : " --state-dict-key " + shell_quote(sd.path);
+    if (!wp.empty()) {
+        std::string why;
+        bool ddp = wp.find("module.") != std::string::npos;
+        bool compiled = wp.find("_orig_mod.") != std::string::npos;
+        if (ddp && compiled) why = "saved from a torch.compile'd model inside a DDP/DataParallel wrapper";
+        else if (ddp) why = "saved from a DDP/DataParallel wrapper";
+        else why = "saved from a torch.compile'd model";
+        r.hints.push_back({"wrapper_prefix",
+                           "all " + n + " keys start with \"" + wp + "\" (" + why + ")",
+                           "ckpt-tool strip-prefix " + file + sdk + " -o " + out});
+        return;
+    }
+    std::string lead = common_leading_component(names);
+    if (!lead.empty()) {
+        std::string why = lead == "model." ? " (a LightningModule's `model` attribute?)" : "";
+        r.hints.push_back({"common_prefix", "all " + n + " keys start with \"" + lead + "\"" + why,
+                           "ckpt-tool strip-prefix " + file + sdk + " --prefix " + shell_quote(lead) +
+                               " -o " + out});
+    }
+}
+
+}  // namespace
+
+InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
+    if (!c.problems().empty()) {
+        const Problem& p = c.problems().front();
+        std::string more = c.problems().size() > 1
+                               ? " (and " + std::to_string(c.problems().size() - 1) + " more problems)"
+                               : "";
+        throw Error(ErrorKind::corrupt, c.path(), p.message + more);
+    }
+    InspectReport r;
+    r.checkpoint = &c;
+    r.options = options;
+
+    std::unordered_map<size_t, std::string> sd_name;  // entry index → state dict name
+    for (const auto& e : c.state_dict().entries) sd_name.emplace(e.entry, e.name);
+    std::vector<size_t> users = c.storage_users();
+
+    std::unordered_set<const Value*> counted_all;  // a tensor object at two keys counts once
+    for (size_t i = 0; i < c.entries().size(); ++i) {
+        const Entry& e = c.entries()[i];
+        if (!e.tensor) {
+            r.objects.push_back({e.key, type_name(e.value), repr(e.value, 300)});
+            continue;
+        }
+        const TensorInfo& t = c.tensors()[*e.tensor];
+        TensorRow row;
+        row.key = e.key;
+        row.tensor = *e.tensor;
+        row.shared = users[t.storage] > 1;
+        auto it = sd_name.find(i);
+        if (it != sd_name.end()) {
+            row.name = it->second;
+            r.state_dict_totals.add(t);  // per key: what load_state_dict sees
+        }
+        if (counted_all.insert(e.value).second) r.all_totals.add(t);
+        r.tensors.push_back(std::move(row));
+    }
+    for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();
+
+    find_optimizers(c, c.root(), "", 0, r.optimizers);
+    add_prefix_hints(c, r);
+    if (c.state_dict().kind == StateDictKind::none && !r.tensors.empty())
+        r.hints.push_back({"no_state_dict",
+                           "no mapping of names to tensors found; name one with --state-dict-key", ""});
+
+    for (const auto& g : c.globals()) {
+        if (global_is_known(g.cls)) continue;
+        if (g.cls == GlobalClass::dangerous)
+            r.warnings.push_back({"dangerous_global",
+                                  "global " + g.full_name() + " would run code if torch.load unpickled this "
+                                  "file (at byte " + std::to_string(g.first_offset) + " of " + g.record + ")"});
+        else
+            r.warnings.push_back({"unknown_global",
+                                  "global " + g.full_name() + " is not on the allow-list (a custom class?): "
+                                  "torch.load(weights_only=True) would refuse this file"});
+    }
+    return r;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,584 @@
+// The restricted pickle VM.
+//
+// A pickle is a program for a stack machine: one opcode byte, then its inline argument. The ones read
+// here (Lib/pickletools.py has the authoritative list), with their arguments:
+//   protocol 0/1 text:  MARK '(' · STOP '.' · POP '0' · POP_MARK '1' · DUP '2' · FLOAT 'F' line ·
+//                       INT 'I' line · LONG 'L' line · STRING 'S' quoted line · UNICODE 'V' line ·
+//                       NONE 'N' · APPEND 'a' · LIST 'l' · TUPLE 't' · DICT 'd' · SETITEM 's' ·
+//                       GLOBAL 'c' module\nname\n · INST 'i' module\nname\n · OBJ 'o' · REDUCE 'R' ·
+//                       BUILD 'b' · PUT 'p' line · GET 'g' line · PERSID 'P' line
+//   protocol 1 binary:  BININT 'J' i32 · BININT1 'K' u8 · BININT2 'M' u16 · BINSTRING 'T' u32 len ·
+//                       SHORT_BINSTRING 'U' u8 len · BINUNICODE 'X' u32 len · BINFLOAT 'G' f64 (big
+//                       endian) · EMPTY_LIST ']' · APPENDS 'e' · EMPTY_TUPLE ')' · EMPTY_DICT '}' ·
+//                       SETITEMS 'u' · BINPUT 'q' u8 · LONG_BINPUT 'r' u32 · BINGET 'h' u8 ·
+//                       LONG_BINGET 'j' u32 · BINPERSID 'Q' · POP_MARK
+//   protocol 2:         PROTO 0x80 u8 · NEWOBJ 0x81 · EXT1-4 0x82-0x84 · TUPLE1-3 0x85-0x87 ·
+//                       NEWTRUE 0x88 · NEWFALSE 0x89 · LONG1 0x8a u8 len · LONG4 0x8b i32 len
+//   protocol 3:         BINBYTES 'B' u32 len · SHORT_BINBYTES 'C' u8 len
+//   protocol 4:         SHORT_BINUNICODE 0x8c u8 len · BINUNICODE8 0x8d u64 len · BINBYTES8 0x8e u64 ·
+//                       EMPTY_SET 0x8f · ADDITEMS 0x90 · FROZENSET 0x91 · NEWOBJ_EX 0x92 ·
+//                       STACK_GLOBAL 0x93 · MEMOIZE 0x94 · FRAME 0x95 u64
+//   protocol 5:         BYTEARRAY8 0x96 u64 · NEXT_BUFFER 0x97 · READONLY_BUFFER 0x98
+// Integers are little-endian. LONG1/LONG4 carry little-endian two's complement bytes.
+#include "ckpt/pickle.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <unordered_map>
+
+namespace ckpt {
+
+Value* PickleHooks::persistent_load(Value* pid, uint64_t offset) {
+    (void)pid;
+    throw Error(ErrorKind::unsupported, "", "pickle uses a persistent id where none is expected",
+                offset);
+}
+
+std::string python3_module(std::string_view module) {
+    // The subset of Lib/_compat_pickle.py's IMPORT_MAPPING that matters for checkpoints.
+    if (module == "__builtin__") return "builtins";
+    if (module == "copy_reg") return "copyreg";
+    if (module == "cPickle") return "pickle";
+    if (module == "exceptions") return "builtins";
+    if (module == "UserDict") return "collections";
+    if (module == "commands") return "subprocess";
+    return std::string(module);
+}
+
+namespace {
+
+bool valid_utf8(std::string_view s) {
+    size_t i = 0, n = s.size();
+    while (i < n) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        int len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (len == 0 || i + len > n) return false;
+        for (int k = 1; k < len; ++k)
+            if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+        i += len;
+    }
+    return true;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xc0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xe0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+        out += static_cast<char>(0xf0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+class Machine {
+public:
+    Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
+            uint64_t base, const PickleLimits& limits)
+        : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
+          m_limits(limits) {}
+
+    PickleResult run();
+
+private:
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Error(ErrorKind::corrupt, "", m_context + ": " + what, m_op_offset);
+    }
+    [[noreturn]] void limit(const std::string& what) const {
+        throw Error(ErrorKind::limit, "", m_context + ": " + what, m_op_offset);
+    }
+
+    size_t mark_base() const { return m_marks.empty() ? 0 : m_marks.back(); }
+    void push(Value* v) {
+        if (m_stack.size() >= m_limits.max_stack) limit("stack grows past its limit");
+        m_stack.push_back(v);
+    }
+    Value* pop() {
+        if (m_stack.size() <= mark_base()) fail("pops an empty stack (or past a MARK)");
+        Value* v = m_stack.back();
+        m_stack.pop_back();
+        return v;
+    }
+    Value* top() {
+        if (m_stack.size() <= mark_base()) fail("needs a value on an empty stack");
+        return m_stack.back();
+    }
+    std::vector<Value*> pop_mark() {
+        if (m_marks.empty()) fail("needs a MARK but there is none");
+        size_t base = m_marks.back();
+        m_marks.pop_back();
+        std::vector<Value*> items(m_stack.begin() + static_cast<long>(base), m_stack.end());
+        m_stack.resize(base);
+        return items;
+    }
+    // Records that `child` now sits inside `parent`, enforcing the depth and size caps.
+    void adopt(Value* parent, const Value* child) {
+        if (child->depth + 1 > parent->depth) {
+            parent->depth = child->depth + 1;
+            if (parent->depth > m_limits.max_depth)
+                limit("nesting deeper than " + std::to_string(m_limits.max_depth) + " levels");
+        }
+    }
+    void check_size(uint64_t n) {
+        if (n > m_limits.max_container)
+            limit("a container holds more than " + std::to_string(m_limits.max_container) + " items");
+    }
+    Value* make_seq(ValueKind kind, std::vector<Value*> items) {
+        check_size(items.size());
+        Value* v = m_arena.make(kind, m_op_offset);
+        for (Value* c : items) adopt(v, c);
+        v->items = std::move(items);
+        return v;
+    }
+    Value* make_string(ValueKind kind, ByteView b) {
+        Value* v = m_arena.make(kind, m_op_offset);
+        v->s = b.as_chars();
+        if (kind == ValueKind::string && !valid_utf8(v->s)) fail("string is not valid UTF-8");
+        return v;
+    }
+    Value* make_int_bytes(ByteView b) {
+        if (b.size <= 8) {
+            uint64_t u = 0;
+            for (uint64_t k = b.size; k-- > 0;) u = (u << 8) | b.data[k];
+            if (b.size > 0 && b.size < 8 && (b.data[b.size - 1] & 0x80)) u |= ~0ull << (8 * b.size);
+            return m_arena.integer(static_cast<int64_t>(u), m_op_offset);
+        }
+        Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
+        v->s = b.as_chars();
+        return v;
+    }
+    Value* parse_int_line(std::string_view line) {
+        if (line == "00") return m_arena.boolean(false);
+        if (line == "01") return m_arena.boolean(true);
+        if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
+        std::string text(line);
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0') fail("bad integer literal");
+        if (errno == ERANGE)
+            throw Error(ErrorKind::unsupported, "",
+                        m_context + ": text integer literal past 64 bits", m_op_offset);
+        return m_arena.integer(v, m_op_offset);
+    }
+    Value* make_global(std::string_view module, std::string_view name) {
+        Value* g = m_arena.make(ValueKind::global, m_op_offset);
+        std::string mod = python3_module(module);
+        g->s = mod == module ? module : m_arena.own(std::move(mod));
+        g->s2 = name;
+        if (g->s.empty() || g->s2.empty()) fail("global with an empty module or name");
+        Value* out = m_hooks.global(g);
+        return out ? out : g;
+    }
+    Value* make_object(MakeHow how, Value* callable, Value* args, Value* kwargs) {
+        Value* o = m_arena.make(ValueKind::object, m_op_offset);
+        o->how = how;
+        o->callable = callable;
+        o->args = args;
+        o->kwargs = kwargs;
+        adopt(o, callable);
+        adopt(o, args);
+        if (kwargs) adopt(o, kwargs);
+        Value* typed = m_hooks.reduce(o);
+        return typed ? typed : o;
+    }
+    std::string_view unescape_string_literal(std::string_view line);
+    std::string_view unescape_raw_unicode(std::string_view line);
+    void memo_put(uint64_t index) {
+        Value* v = top();
+        if (m_memo.size() >= m_limits.max_memo && !m_memo.count(index))
+            limit("memo grows past " + std::to_string(m_limits.max_memo) + " entries");
+        m_memo[index] = v;
+    }
+    Value* memo_get(uint64_t index) {
+        auto it = m_memo.find(index);
+        if (it == m_memo.end()) fail("memo index " + std::to_string(index) + " is not defined");
+        return it->second;
+    }
+    uint64_t parse_index_line(std::string_view line) {
+        std::string text(line);
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || text[0] == '-')
+            fail("bad memo index");
+        return v;
+    }
+    // Dict semantics: a key set again keeps its first position and takes the new value, as
+    // torch.load would see it (a hostile file may repeat a key to hide a tensor).
+    void set_items(Value* target, const std::vector<Value*>& kv) {
+        if (kv.size() % 2) fail("SETITEMS with an odd number of values");
+        if (target->kind != ValueKind::dict && target->kind != ValueKind::object)
+            fail("SETITEM on a " + type_name(target));
+        check_size(target->entries.size() + kv.size());
+        for (size_t n = 0; n < kv.size(); n += 2) {
+            adopt(target, kv[n]);
+            adopt(target, kv[n + 1]);
+            std::string key;
+            if (canonical_key(kv[n], key)) {
+                auto& index = m_dict_index[target];
+                auto [it, fresh] = index.emplace(std::move(key), target->entries.size());
+                if (!fresh) {
+                    target->entries[it->second + 1] = kv[n + 1];
+                    continue;
+                }
+            }
+            target->entries.push_back(kv[n]);
+            target->entries.push_back(kv[n + 1]);
+        }
+    }
+    // A text that is equal for keys Python's dict treats as equal (1 == 1.0 == True), for the
+    // hashable scalars; false for keys compared by identity here.
+    static bool canonical_key(const Value* k, std::string& out) {
+        switch (k->kind) {
+            case ValueKind::string: out = "s"; out += k->s; return true;
+            case ValueKind::bytes: out = "b"; out += k->s; return true;
+            case ValueKind::none: out = "n"; return true;
+            case ValueKind::boolean:
+            case ValueKind::integer: out = "i" + std::to_string(k->i); return true;
+            case ValueKind::big_integer: out = "B"; out += k->s; return true;
+            case ValueKind::floating:
+                if (k->f == static_cast<double>(static_cast<int64_t>(k->f)) && k->f > -9.2e18 &&
+                    k->f < 9.2e18) {
+                    out = "i" + std::to_string(static_cast<int64_t>(k->f));
+                    return true;
+                }
+                out = "f" + repr_float(k->f);
+                return true;
+            default: return false;
+        }
+    }
+    void append_items(Value* target, const std::vector<Value*>& items) {
+        if (target->kind != ValueKind::list && target->kind != ValueKind::object)
+            fail("APPEND on a " + type_name(target));
+        check_size(target->items.size() + items.size());
+        for (Value* v : items) {
+            adopt(target, v);
+            target->items.push_back(v);
+        }
+    }
+
+    ByteReader m_in;
+    ValueArena& m_arena;
+    PickleHooks& m_hooks;
+    const std::string& m_context;
+    PickleLimits m_limits;
+    std::vector<Value*> m_stack;
+    std::vector<size_t> m_marks;
+    std::unordered_map<uint64_t, Value*> m_memo;
+    std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> m_dict_index;
+    uint64_t m_op_offset = 0;
+};
+
+std::string_view Machine::unescape_string_literal(std::string_view line) {
+    if (line.size() < 2 || (line.front() != '\'' && line.front() != '"') || line.back() != line.front())
+        fail("STRING argument is not a quoted literal");
+    std::string_view body = line.substr(1, line.size() - 2);
+    std::string out;
+    for (size_t i = 0; i < body.size(); ++i) {
+        char c = body[i];
+        if (c != '\\') {
+            out += c;
+            continue;
+        }
+        if (++i >= body.size()) fail("STRING literal ends in a backslash");
+        char e = body[i];
+        switch (e) {
+            case 'n': out += '\n'; break;
+            case 't': out += '\t'; break;
+            case 'r': out += '\r'; break;
+            case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': {
+                int v = 0, k = 0;
+                while (k < 3 && i < body.size() && body[i] >= '0' && body[i] <= '7') {
+                    v = v * 8 + (body[i] - '0');
+                    ++i;
+                    ++k;
+                }
+                --i;
+                out += static_cast<char>(v & 0xff);
+                break;
+            }
+            case 'x': {
+                if (i + 2 >= body.size()) fail("bad \\x escape");
+                int h = hex_digit(body[i + 1]), l = hex_digit(body[i + 2]);
+                if (h < 0 || l < 0) fail("bad \\x escape");
+                out += static_cast<char>(h * 16 + l);
+                i += 2;
+                break;
+            }
+            default: out += e; break;  // \\ \' \" and unknown escapes keep the character
+        }
+    }
+    return m_arena.own(std::move(out));
+}
+
+std::string_view Machine::unescape_raw_unicode(std::string_view line) {
+    std::string out;
+    for (size_t i = 0; i < line.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(line[i]);
+        if (c == '\\' && i + 1 < line.size() && (line[i + 1] == 'u' || line[i + 1] == 'U')) {
+            size_t n = line[i + 1] == 'u' ? 4 : 8;
+            if (i + 2 + n > line.size()) fail("bad \\u escape in UNICODE");
+            uint32_t cp = 0;
+            for (size_t k = 0; k < n; ++k) {
+                int d = hex_digit(line[i + 2 + k]);
+                if (d < 0) fail("bad \\u escape in UNICODE");
+                cp = cp * 16 + static_cast<uint32_t>(d);
+            }
+            if (cp > 0x10ffff) fail("code point out of range in UNICODE");
+            append_utf8(out, cp);
+            i += 1 + n;
+        } else {
+            append_utf8(out, c);  // raw-unicode-escape: other bytes are Latin-1
+        }
+    }
+    return m_arena.own(std::move(out));
+}
+
+PickleResult Machine::run() {
+    PickleResult result;
+    while (true) {
+        m_op_offset = m_in.file_offset();
+        if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
+        uint8_t op = m_in.u8();
+        switch (op) {
+            case 0x80: result.protocol = m_in.u8(); if (result.protocol > 5) fail("unknown protocol " + std::to_string(result.protocol)); break;
+            case 0x95: m_in.u64le(); break;  // FRAME: a length hint, the data follows inline
+            case '.': {
+                result.root = pop();
+                result.end = m_in.pos();
+                return result;
+            }
+            case '(':
+                if (m_marks.size() >= m_limits.max_stack) limit("too many MARKs");
+                m_marks.push_back(m_stack.size());
+                break;
+            case '0':
+                if (m_stack.size() > mark_base()) m_stack.pop_back();
+                else pop_mark();
+                break;
+            case '1': pop_mark(); break;
+            case '2': push(top()); break;
+            case 'F': {
+                std::string text(m_in.line());
+                char* end = nullptr;
+                double d = std::strtod(text.c_str(), &end);
+                if (text.empty() || *end != '\0') fail("bad float literal");
+                Value* v = m_arena.make(ValueKind::floating, m_op_offset);
+                v->f = d;
+                push(v);
+                break;
+            }
+            case 'G': {
+                Value* v = m_arena.make(ValueKind::floating, m_op_offset);
+                v->f = m_in.f64be();
+                push(v);
+                break;
+            }
+            case 'I': push(parse_int_line(m_in.line())); break;
+            case 'L': push(parse_int_line(m_in.line())); break;
+            case 'J': push(m_arena.integer(m_in.i32le(), m_op_offset)); break;
+            case 'K': push(m_arena.integer(m_in.u8(), m_op_offset)); break;
+            case 'M': push(m_arena.integer(m_in.u16le(), m_op_offset)); break;
+            case 0x8a: push(make_int_bytes(m_in.bytes(m_in.u8()))); break;
+            case 0x8b: {
+                int32_t n = m_in.i32le();
+                if (n < 0) fail("LONG4 with a negative length");
+                push(make_int_bytes(m_in.bytes(static_cast<uint64_t>(n))));
+                break;
+            }
+            case 'S': {
+                Value* v = m_arena.make(ValueKind::string, m_op_offset);
+                v->s = unescape_string_literal(m_in.line());
+                push(v);
+                break;
+            }
+            case 'T': {
+                int32_t n = m_in.i32le();
+                if (n < 0) fail("BINSTRING with a negative length");
+                push(make_string(ValueKind::string, m_in.bytes(static_cast<uint64_t>(n))));
+                break;
+            }
+            case 'U': push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
+            case 'V': {
+                Value* v = m_arena.make(ValueKind::string, m_op_offset);
+                v->s = unescape_raw_unicode(m_in.line());
+                push(v);
+                break;
+            }
+            case 'X': push(make_string(ValueKind::string, m_in.bytes(m_in.u32le()))); break;
+            case 0x8c: push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
+            case 0x8d: push(make_string(ValueKind::string, m_in.bytes(m_in.u64le()))); break;
+            case 'B': push(make_string(ValueKind::bytes, m_in.bytes(m_in.u32le()))); break;
+            case 'C': push(make_string(ValueKind::bytes, m_in.bytes(m_in.u8()))); break;
+            case 0x8e: push(make_string(ValueKind::bytes, m_in.bytes(m_in.u64le()))); break;
+            case 0x96: push(make_string(ValueKind::bytearray, m_in.bytes(m_in.u64le()))); break;
+            case 0x97:
+            case 0x98:
+                throw Error(ErrorKind::unsupported, "",
+                            m_context + ": out-of-band buffers (pickle protocol 5) are not read",
+                            m_op_offset);
+            case 'N': push(m_arena.none()); break;
+            case 0x88: push(m_arena.boolean(true)); break;
+            case 0x89: push(m_arena.boolean(false)); break;
+            case ')': push(make_seq(ValueKind::tuple, {})); break;
+            case 't': push(make_seq(ValueKind::tuple, pop_mark())); break;
+            case 0x85: { Value* a = pop(); push(make_seq(ValueKind::tuple, {a})); break; }
+            case 0x86: { Value* b = pop(); Value* a = pop(); push(make_seq(ValueKind::tuple, {a, b})); break; }
+            case 0x87: {
+                Value* c = pop(); Value* b = pop(); Value* a = pop();
+                push(make_seq(ValueKind::tuple, {a, b, c}));
+                break;
+            }
+            case ']': push(make_seq(ValueKind::list, {})); break;
+            case 'l': push(make_seq(ValueKind::list, pop_mark())); break;
+            case '}': push(m_arena.make(ValueKind::dict, m_op_offset)); break;
+            case 'd': {
+                std::vector<Value*> kv = pop_mark();
+                Value* d = m_arena.make(ValueKind::dict, m_op_offset);
+                set_items(d, kv);
+                push(d);
+                break;
+            }
+            case 0x8f: push(make_seq(ValueKind::set, {})); break;
+            case 0x91: push(make_seq(ValueKind::frozenset, pop_mark())); break;
+            case 0x90: {
+                std::vector<Value*> items = pop_mark();
+                Value* s = top();
+                if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
+                check_size(s->items.size() + items.size());
+                for (Value* v : items) { adopt(s, v); s->items.push_back(v); }
+                break;
+            }
+            case 'a': { Value* v = pop(); append_items(top(), {v}); break; }
+            case 'e': { std::vector<Value*> items = pop_mark(); append_items(top(), items); break; }
+            case 's': { Value* v = pop(); Value* k = pop(); set_items(top(), {k, v}); break; }
+            case 'u': { std::vector<Value*> kv = pop_mark(); set_items(top(), kv); break; }
+            case 'c': {
+                std::string_view module = m_in.line();
+                std::string_view name = m_in.line();
+                push(make_global(module, name));
+                break;
+            }
+            case 0x93: {
+                Value* name = pop();
+                Value* module = pop();
+                if (module->kind != ValueKind::string || name->kind != ValueKind::string)
+                    fail("STACK_GLOBAL needs two strings");
+                push(make_global(module->s, name->s));
+                break;
+            }
+            case 'i': {
+                std::string_view module = m_in.line();
+                std::string_view name = m_in.line();
+                Value* cls = make_global(module, name);
+                Value* args = make_seq(ValueKind::tuple, pop_mark());
+                push(make_object(MakeHow::inst, cls, args, nullptr));
+                break;
+            }
+            case 'o': {
+                std::vector<Value*> items = pop_mark();
+                if (items.empty()) fail("OBJ without a class");
+                Value* cls = items.front();
+                Value* args = make_seq(ValueKind::tuple, {items.begin() + 1, items.end()});
+                push(make_object(MakeHow::obj, cls, args, nullptr));
+                break;
+            }
+            case 'R': {
+                Value* args = pop();
+                Value* callable = pop();
+                if (args->kind != ValueKind::tuple) fail("REDUCE arguments are not a tuple");
+                push(make_object(MakeHow::reduce, callable, args, nullptr));
+                break;
+            }
+            case 0x81: {
+                Value* args = pop();
+                Value* cls = pop();
+                if (args->kind != ValueKind::tuple) fail("NEWOBJ arguments are not a tuple");
+                push(make_object(MakeHow::newobj, cls, args, nullptr));
+                break;
+            }
+            case 0x92: {
+                Value* kwargs = pop();
+                Value* args = pop();
+                Value* cls = pop();
+                if (args->kind != ValueKind::tuple || kwargs->kind != ValueKind::dict)
+                    fail("NEWOBJ_EX needs a tuple and a dict");
+                push(make_object(MakeHow::newobj_ex, cls, args, kwargs));
+                break;
+            }
+            case 'b': {
+                Value* state = pop();
+                Value* target = top();
+                if (target->kind == ValueKind::none || target->kind == ValueKind::boolean ||
+                    target->kind == ValueKind::integer)
+                    fail("BUILD on a " + type_name(target));
+                adopt(target, state);
+                if (target->state && target->state->kind == ValueKind::dict &&
+                    state->kind == ValueKind::dict) {
+                    set_items(target->state, state->entries);
+                } else {
+                    target->state = state;
+                }
+                break;
+            }
+            case 'p': memo_put(parse_index_line(m_in.line())); break;
+            case 'q': memo_put(m_in.u8()); break;
+            case 'r': memo_put(m_in.u32le()); break;
+            case 0x94: memo_put(m_memo.size()); break;
+            case 'g': push(memo_get(parse_index_line(m_in.line()))); break;
+            case 'h': push(memo_get(m_in.u8())); break;
+            case 'j': push(memo_get(m_in.u32le())); break;
+            case 'P': {
+                Value* pid = m_arena.make(ValueKind::string, m_op_offset);
+                pid->s = m_in.line();
+                push(m_hooks.persistent_load(pid, m_op_offset));
+                break;
+            }
+            case 'Q': {
+                Value* pid = pop();
+                push(m_hooks.persistent_load(pid, m_op_offset));
+                break;
+            }
+            case 0x82:
+            case 0x83:
+            case 0x84:
+                throw Error(ErrorKind::unsupported, "",
+                            m_context + ": extension registry codes (EXT1/2/4) are not read",
+                            m_op_offset);
+            default: {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "0x%02x", op);
+                fail(std::string("unknown opcode ") + buf);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
+                        const std::string& context, uint64_t base, PickleLimits limits) {
+    Machine m(data, arena, hooks, context, base, limits);
+    return m.run();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,296 @@
+#include "torch_hooks.hpp"
+
+#include "ckpt/error.hpp"
+
+namespace ckpt {
+
+namespace {
+
+bool is_int(const Value* v) { return v->kind == ValueKind::integer || v->kind == ValueKind::boolean; }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t n = 0; n < shape.size(); ++n) {
+        if (n) s += ", ";
+        s += std::to_string(shape[n]);
+    }
+    return s + "]";
+}
+
+// A tuple of ints (a torch.Size is a tuple too).
+bool int_tuple(const Value* v, std::vector<int64_t>& out) {
+    if (v->kind != ValueKind::tuple && v->kind != ValueKind::list) return false;
+    out.clear();
+    for (const Value* i : v->items) {
+        if (i->kind != ValueKind::integer) return false;
+        out.push_back(i->i);
+    }
+    return true;
+}
+
+}  // namespace
+
+void TorchHooks::bad(const Value* at, const std::string& what) const {
+    throw Error(ErrorKind::corrupt, "", m_record + ": " + what, at->offset);
+}
+
+Value* TorchHooks::global(Value* g) {
+    std::string full = global_name(g);
+    auto [it, fresh] = m_global_index.emplace(full, m_globals.size());
+    if (fresh) {
+        GlobalRef ref;
+        ref.module = std::string(g->s);
+        ref.name = std::string(g->s2);
+        ref.cls = classify_global(g->s, g->s2);
+        ref.first_offset = g->offset;
+        ref.record = m_record;
+        m_globals.push_back(std::move(ref));
+    }
+    ++m_globals[it->second].count;
+
+    if (g->s == "torch") {
+        auto dt = dtype_from_name(g->s2);
+        if (dt && dtype_name(*dt) == g->s2) {
+            Value* d = m_arena.make(ValueKind::dtype, g->offset);
+            d->s2 = g->s2;
+            d->raw = g;
+            return d;
+        }
+    }
+    return g;
+}
+
+Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
+    // ('storage', storage_class, key, location, numel)  — legacy files add view metadata.
+    if (pid->kind != ValueKind::tuple || pid->items.size() < 5 ||
+        pid->items[0]->kind != ValueKind::string || pid->items[0]->s != "storage")
+        throw Error(ErrorKind::unsupported, "",
+                    m_record + ": persistent id is not a torch storage reference: " + repr(pid, 80),
+                    offset);
+    const Value* cls = pid->items[1];
+    const Value* key = pid->items[2];
+    const Value* loc = pid->items[3];
+    const Value* numel = pid->items[4];
+    if (cls->kind != ValueKind::global || key->kind != ValueKind::string ||
+        loc->kind != ValueKind::string || numel->kind != ValueKind::integer || numel->i < 0)
+        throw Error(ErrorKind::corrupt, "", m_record + ": malformed storage reference " + repr(pid, 120),
+                    offset);
+    auto dt = dtype_from_storage_class(cls->s2);
+    if (!dt || (cls->s != "torch" && cls->s != "torch.storage"))
+        throw Error(ErrorKind::unsupported, "",
+                    m_record + ": unknown storage class " + global_name(cls), offset);
+
+    std::string k(key->s);
+    auto found = m_storage_by_key.find(k);
+    if (found != m_storage_by_key.end()) {
+        const StorageInfo& s = m_storages[static_cast<size_t>(found->second->i)];
+        if (s.dtype != *dt || s.numel != static_cast<uint64_t>(numel->i))
+            m_problems.push_back({"storage_conflict", k,
+                                  "storage " + k + " is referenced as " +
+                                      std::string(dtype_name(s.dtype)) + "×" + std::to_string(s.numel) +
+                                      " and as " + std::string(dtype_name(*dt)) + "×" +
+                                      std::to_string(numel->i)});
+        return found->second;
+    }
+    StorageInfo s;
+    s.key = k;
+    s.dtype = *dt;
+    s.numel = static_cast<uint64_t>(numel->i);
+    s.location = std::string(loc->s);
+    s.storage_class = global_name(cls);
+    if (!checked_mul(s.numel, dtype_size(s.dtype)))
+        throw Error(ErrorKind::corrupt, "", m_record + ": storage " + k + " size overflows", offset);
+    Value* v = m_arena.make(ValueKind::storage, offset);
+    v->i = static_cast<int64_t>(m_storages.size());
+    v->raw = pid;
+    v->s = m_arena.own(std::string(dtype_name(s.dtype)) + ", " + std::to_string(s.numel) +
+                       " elements, key " + k);
+    m_storages.push_back(std::move(s));
+    m_storage_by_key.emplace(k, v);
+    return v;
+}
+
+Value* TorchHooks::tensor_value(TensorInfo info, Value* raw) {
+    Value* v = m_arena.make(ValueKind::tensor, raw->offset);
+    v->i = static_cast<int64_t>(m_tensors.size());
+    v->raw = raw;
+    v->s = m_arena.own(std::string(dtype_name(info.dtype)) + shape_text(info.shape));
+    m_tensors.push_back(std::move(info));
+    return v;
+}
+
+Value* TorchHooks::rebuild_tensor(Value* made, const std::string& fn, const std::vector<Value*>& a) {
+    // _rebuild_tensor(storage, offset, size, stride)
+    // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
+    // _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
+    size_t need = fn == "_rebuild_tensor" ? 4 : fn == "_rebuild_tensor_v2" ? 6 : 7;
+    if (a.size() < need) bad(made, fn + " with " + std::to_string(a.size()) + " arguments");
+    if (a[0]->kind != ValueKind::storage) bad(made, fn + " without a storage");
+    TensorInfo t;
+    t.rebuild = "torch._utils." + fn;
+    t.storage = static_cast<size_t>(a[0]->i);
+    const StorageInfo& st = m_storages[t.storage];
+    t.dtype = st.dtype;
+    if (!is_int(a[1]) || a[1]->i < 0) bad(made, fn + ": storage offset is not a non-negative int");
+    t.storage_offset = a[1]->i;
+    if (!int_tuple(a[2], t.shape) || !int_tuple(a[3], t.stride))
+        bad(made, fn + ": size or stride is not a tuple of ints");
+    if (t.shape.size() != t.stride.size()) bad(made, fn + ": size and stride differ in length");
+    if (need >= 6) {
+        if (a[4]->kind != ValueKind::boolean && a[4]->kind != ValueKind::integer)
+            bad(made, fn + ": requires_grad is not a bool");
+        t.requires_grad = a[4]->i != 0;
+    }
+    if (fn == "_rebuild_tensor_v3") {
+        if (a[6]->kind != ValueKind::dtype) bad(made, fn + ": dtype argument is not a torch dtype");
+        auto dt = dtype_from_name(a[6]->s2);
+        t.dtype = *dt;
+        if (st.dtype != DType::untyped && st.dtype != t.dtype)
+            bad(made, fn + ": dtype differs from its typed storage");
+    } else if (st.dtype == DType::untyped) {
+        bad(made, fn + " over an untyped storage (needs _rebuild_tensor_v3)");
+    }
+    uint64_t numel = 1, extent = 1;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+        if (t.shape[d] < 0 || t.stride[d] < 0) bad(made, fn + ": negative size or stride");
+        auto n = checked_mul(numel, static_cast<uint64_t>(t.shape[d]));
+        if (!n) bad(made, fn + ": element count overflows");
+        numel = *n;
+    }
+    if (numel == 0) {
+        extent = 0;
+    } else {
+        for (size_t d = 0; d < t.shape.size(); ++d) {
+            auto span = checked_mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]));
+            auto e = span ? checked_add(extent, *span) : std::nullopt;
+            if (!e) bad(made, fn + ": tensor extent overflows");
+            extent = *e;
+        }
+    }
+    if (!checked_mul(numel, dtype_size(t.dtype))) bad(made, fn + ": byte size overflows");
+    t.numel = numel;
+    t.extent = extent;
+    return tensor_value(std::move(t), made);
+}
+
+Value* TorchHooks::reduce(Value* made) {
+    const Value* c = made->callable;
+    if (c->kind != ValueKind::global) return nullptr;
+    std::string_view mod = c->s, name = c->s2;
+    const std::vector<Value*>& a = made->args->items;
+    bool plain_call = made->how == MakeHow::reduce;
+
+    if (mod == "collections" && name == "OrderedDict" && a.empty()) {
+        Value* d = m_arena.make(ValueKind::dict, made->offset);
+        d->s2 = "collections.OrderedDict";
+        d->raw = made;
+        return d;
+    }
+    if (mod == "torch._utils" && plain_call &&
+        (name == "_rebuild_tensor" || name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3"))
+        return rebuild_tensor(made, std::string(name), a);
+    if (mod == "torch._utils" && plain_call &&
+        (name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state")) {
+        if (a.size() < 3 || a[0]->kind != ValueKind::tensor) bad(made, std::string(name) + " without a tensor");
+        TensorInfo t = m_tensors[static_cast<size_t>(a[0]->i)];
+        t.is_parameter = true;
+        t.requires_grad = a[1]->i != 0;
+        return tensor_value(std::move(t), made);
+    }
+    if (mod == "torch._tensor" && name == "_rebuild_from_type_v2" && plain_call && a.size() >= 3 &&
+        a[0]->kind == ValueKind::global && a[2]->kind == ValueKind::tuple) {
+        // _rebuild_from_type_v2(func, new_type, args, state): func(*args), then the subclass.
+        Value* inner = m_arena.make(ValueKind::object, made->offset);
+        inner->callable = a[0];
+        inner->args = a[2];
+        Value* t = reduce(inner);
+        if (!t || t->kind != ValueKind::tensor) return nullptr;
+        TensorInfo info = m_tensors[static_cast<size_t>(t->i)];
+        std::string sub = global_name(a[1]);
+        if (sub == "torch.nn.parameter.Parameter") info.is_parameter = true;
+        else if (sub != "torch.Tensor") info.subclass = sub;
+        return tensor_value(std::move(info), made);
+    }
+    if (mod == "torch" && name == "Size" && a.size() == 1 && a[0]->kind == ValueKind::tuple) {
+        Value* s = m_arena.make(ValueKind::tuple, made->offset);
+        s->items = a[0]->items;
+        s->depth = a[0]->depth;
+        s->s2 = "torch.Size";
+        s->raw = made;
+        return s;
+    }
+    if (mod == "torch" && name == "device" && !a.empty() && a[0]->kind == ValueKind::string) {
+        Value* d = m_arena.make(ValueKind::device, made->offset);
+        std::string_view type = a[0]->s;
+        d->i = -1;
+        if (a.size() > 1 && a[1]->kind == ValueKind::integer) d->i = a[1]->i;
+        size_t colon = type.find(':');
+        if (colon != std::string_view::npos) {
+            std::string idx(type.substr(colon + 1));
+            d->i = std::atoll(idx.c_str());
+            type = type.substr(0, colon);
+        }
+        d->s = type;
+        d->raw = made;
+        return d;
+    }
+    if (mod == "builtins" && (name == "set" || name == "frozenset") && plain_call) {
+        Value* s = m_arena.make(name == "set" ? ValueKind::set : ValueKind::frozenset, made->offset);
+        if (!a.empty() && (a[0]->kind == ValueKind::list || a[0]->kind == ValueKind::tuple)) {
+            s->items = a[0]->items;
+            s->depth = a[0]->depth;
+        } else if (!a.empty()) {
+            return nullptr;
+        }
+        s->raw = made;
+        return s;
+    }
+    if (mod == "builtins" && name == "complex" && plain_call && a.size() == 2 &&
+        a[0]->kind == ValueKind::floating && a[1]->kind == ValueKind::floating) {
+        Value* z = m_arena.make(ValueKind::complex, made->offset);
+        z->f = a[0]->f;
+        z->f2 = a[1]->f;
+        z->raw = made;
+        return z;
+    }
+    if (mod == "_codecs" && name == "encode" && plain_call && !a.empty() &&
+        a[0]->kind == ValueKind::string) {
+        // protocol 2 writes bytes as _codecs.encode(text, 'latin1'): decode UTF-8 → Latin-1 bytes.
+        std::string_view enc = a.size() > 1 && a[1]->kind == ValueKind::string ? a[1]->s : "utf-8";
+        std::string out;
+        std::string_view s = a[0]->s;
+        if (enc == "latin1" || enc == "latin-1" || enc == "iso-8859-1") {
+            for (size_t i = 0; i < s.size(); ++i) {
+                unsigned char ch = static_cast<unsigned char>(s[i]);
+                if (ch < 0x80) {
+                    out += static_cast<char>(ch);
+                } else if ((ch & 0xe0) == 0xc0 && i + 1 < s.size()) {
+                    unsigned cp = ((ch & 0x1fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3fu);
+                    if (cp > 0xff) return nullptr;
+                    out += static_cast<char>(cp);
+                    ++i;
+                } else {
+                    return nullptr;
+                }
+            }
+        } else if (enc == "utf-8" || enc == "utf8") {
+            out = std::string(s);
+        } else {
+            return nullptr;
+        }
+        Value* b = m_arena.make(ValueKind::bytes, made->offset);
+        b->s = m_arena.own(std::move(out));
+        b->raw = made;
+        return b;
+    }
+    if (mod == "builtins" && name == "bytearray" && plain_call && a.size() == 1 &&
+        a[0]->kind == ValueKind::bytes) {
+        Value* b = m_arena.make(ValueKind::bytearray, made->offset);
+        b->s = a[0]->s;
+        b->raw = made;
+        return b;
+    }
+    return nullptr;
+}
+
+}  // namespace ckpt

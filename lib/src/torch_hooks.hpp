@@ -1,0 +1,40 @@
+// The meaning of torch's globals for the pickle VM: storages from persistent ids, tensors from the
+// rebuild functions, and the handful of builtins a torch pickle uses. Nothing here calls anything.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/pickle.hpp"
+
+namespace ckpt {
+
+class TorchHooks : public PickleHooks {
+public:
+    TorchHooks(ValueArena& arena, std::vector<StorageInfo>& storages,
+               std::vector<TensorInfo>& tensors, std::vector<GlobalRef>& globals,
+               std::vector<Problem>& problems, std::string record)
+        : m_arena(arena), m_storages(storages), m_tensors(tensors), m_globals(globals),
+          m_problems(problems), m_record(std::move(record)) {}
+
+    Value* global(Value* g) override;
+    Value* reduce(Value* made) override;
+    Value* persistent_load(Value* pid, uint64_t offset) override;
+
+private:
+    Value* rebuild_tensor(Value* made, const std::string& fn, const std::vector<Value*>& a);
+    Value* tensor_value(TensorInfo info, Value* raw);
+    [[noreturn]] void bad(const Value* at, const std::string& what) const;
+
+    ValueArena& m_arena;
+    std::vector<StorageInfo>& m_storages;
+    std::vector<TensorInfo>& m_tensors;
+    std::vector<GlobalRef>& m_globals;
+    std::vector<Problem>& m_problems;
+    std::string m_record;
+    std::unordered_map<std::string, size_t> m_global_index;
+    std::unordered_map<std::string, Value*> m_storage_by_key;
+};
+
+}  // namespace ckpt
