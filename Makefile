@@ -1,0 +1,34 @@
+# The two set-up commands (README): `make demo` and `make test`. Both install what they need.
+BUILD ?= build
+JOBS ?= 2
+PY := /usr/bin/python3
+DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch
+
+.PHONY: all deps build test demo bench clean
+
+all: build
+
+# Idempotent and quick when everything is present: apt-get runs only for missing packages.
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+demo: deps build
+	$(BUILD)/ckpt-tool inspect data/resnet_ddp.pth
+	$(BUILD)/ckpt-tool inspect data/training.pth
+
+bench: deps build
+	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool
+
+clean:
+	rm -rf $(BUILD)

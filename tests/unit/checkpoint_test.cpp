@@ -1,0 +1,133 @@
+#include <catch2/catch.hpp>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/inspect.hpp"
+#include "support/builders.hpp"
+
+using namespace ckpt;
+using testing::PickleBuilder;
+
+namespace {
+
+std::string floats(size_t n) { return std::string(n * 4, '\0'); }
+
+// {"model": OrderedDict{"w": T(2x3 of storage 0), "b": T(3 of storage 1), "wt": w transposed}, "epoch": 3}
+std::string training_pickle() {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    p.str("model").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("module.w").tensor("FloatStorage", "0", 6, 0, {2, 3}, {3, 1}).binput(10);
+    p.str("module.b").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.str("module.wt").tensor("FloatStorage", "0", 6, 0, {3, 2}, {1, 3});
+    p.setitems();
+    p.str("epoch").integer(3);
+    p.str("alias").binget(10);
+    p.setitems().stop();
+    return p.bytes();
+}
+
+std::unique_ptr<Checkpoint> open_bytes(const std::string& name, const std::string& bytes,
+                                       OpenOptions options = {}) {
+    std::string dir = testing::scratch_dir("checkpoint_test");
+    std::string path = dir + "/" + name;
+    testing::write_file(path, bytes);
+    return Checkpoint::open(path, options);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: keys, tensors, storages and the state dict of a training checkpoint") {
+    auto c = open_bytes("train.pth", testing::torch_zip("train", training_pickle(),
+                                                        {{"0", floats(6)}, {"1", floats(3)}}));
+    CHECK(c->zip_root() == "train");
+    CHECK(c->version() == "3");
+    REQUIRE(c->storages().size() == 2);
+    CHECK(c->storages()[0].record == "train/data/0");
+    CHECK(c->storages()[0].record_size == 24);
+
+    std::vector<std::string> keys;
+    for (const auto& e : c->entries()) keys.push_back(e.key);
+    CHECK(keys == std::vector<std::string>{"model.module.w", "model.module.b", "model.module.wt", "epoch", "alias"});
+
+    const StateDict& sd = c->state_dict();
+    CHECK(sd.kind == StateDictKind::dict);
+    CHECK(sd.path == "model");
+    REQUIRE(sd.entries.size() == 3);
+    CHECK(sd.entries[0].name == "module.w");
+
+    const TensorInfo& wt = c->tensors()[*c->entries()[2].tensor];
+    CHECK(wt.shape == std::vector<int64_t>{3, 2});
+    CHECK(wt.stride == std::vector<int64_t>{1, 3});
+    CHECK_FALSE(wt.contiguous());
+    CHECK(wt.extent == 6);
+    CHECK(c->problems().empty());
+
+    // The same tensor object at two keys ("alias") is one user of its storage, w and wt are two.
+    auto users = c->storage_users();
+    CHECK(users[0] == 2);
+    CHECK(users[1] == 1);
+
+    InspectReport r = inspect(*c, {});
+    REQUIRE(r.hints.size() == 1);
+    CHECK(r.hints[0].kind == "wrapper_prefix");
+    CHECK(r.hints[0].command.find("--state-dict-key model") != std::string::npos);
+    CHECK(r.state_dict_totals.tensors == 3);
+    CHECK(r.all_totals.tensors == 3);  // "alias" is the same object as model.module.w
+}
+
+TEST_CASE("checkpoint: --state-dict-key overrides detection and names bad keys") {
+    std::string zip = testing::torch_zip("train", training_pickle(), {{"0", floats(6)}, {"1", floats(3)}});
+    OpenOptions o;
+    o.state_dict_key = "epoch";
+    CHECK_THROWS_WITH(open_bytes("t.pth", zip, o), Catch::Contains("--state-dict-key 'epoch' is a int"));
+    o.state_dict_key = "nope";
+    CHECK_THROWS_WITH(open_bytes("t.pth", zip, o), Catch::Contains("no such key"));
+    o.state_dict_key = "model";
+    CHECK(open_bytes("t.pth", zip, o)->state_dict().entries.size() == 3);
+}
+
+TEST_CASE("checkpoint: storage problems are collected, and inspect refuses them") {
+    SECTION("missing record") {
+        auto c = open_bytes("m.pth", testing::torch_zip("m", training_pickle(), {{"0", floats(6)}}));
+        REQUIRE(c->problems().size() == 1);
+        CHECK(c->problems()[0].kind == "missing_record");
+        CHECK_THROWS_WITH(inspect(*c, {}), Catch::Contains("has no record m/data/1"));
+    }
+    SECTION("record shorter than the storage") {
+        auto c = open_bytes("s.pth", testing::torch_zip("s", training_pickle(), {{"0", floats(5)}, {"1", floats(3)}}));
+        REQUIRE(c->problems().size() == 1);
+        CHECK(c->problems()[0].kind == "record_size");
+    }
+    SECTION("view past the end of its storage") {
+        PickleBuilder p;
+        p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 4, 2, {3}, {1}).setitem().stop();
+        auto c = open_bytes("v.pth", testing::torch_zip("v", p.bytes(), {{"0", floats(4)}}));
+        REQUIRE(c->problems().size() == 1);
+        CHECK(c->problems()[0].kind == "out_of_bounds");
+        CHECK(c->problems()[0].key == "w");
+    }
+}
+
+TEST_CASE("checkpoint: the zip root is whatever the first record says") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().str("w").tensor("HalfStorage", "0", 2, 0, {2}, {1}).setitem().stop();
+    auto c = open_bytes("x.pth", testing::torch_zip("my.model-v2", p.bytes(), {{"0", std::string(4, '\0')}}));
+    CHECK(c->zip_root() == "my.model-v2");
+    CHECK(dtype_name(c->tensors()[0].dtype) == "float16");
+}
+
+TEST_CASE("checkpoint: files that are not torch zips say what they are") {
+    CHECK_THROWS_WITH(open_bytes("e.pth", ""), Catch::Contains("empty file"));
+    CHECK_THROWS_WITH(open_bytes("t.pth", "hello world, not a checkpoint"), Catch::Contains("not a PyTorch checkpoint"));
+    std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);
+    CHECK_THROWS_WITH(open_bytes("l.pth", legacy), Catch::Contains("legacy torch format"));
+    std::string st = std::string("\x02\x00\x00\x00\x00\x00\x00\x00{}", 10);
+    CHECK_THROWS_WITH(open_bytes("s.safetensors", st), Catch::Contains("safetensors"));
+    try {
+        open_bytes("t.pth", "garbage");
+    } catch (const Error& e) {
+        CHECK(e.path().find("t.pth") != std::string::npos);
+        CHECK(e.kind() == ErrorKind::format);
+    }
+}

@@ -1,0 +1,33 @@
+#include <catch2/catch.hpp>
+
+#include "ckpt/report.hpp"
+#include "support/run.hpp"
+
+using testing::run_tool;
+
+TEST_CASE("cli: --version, --help and COMMAND --help with examples") {
+    auto v = run_tool({"--version"});
+    CHECK(v.exit_code == 0);
+    CHECK(v.out.find(ckpt::tool_version()) != std::string::npos);
+
+    auto h = run_tool({"--help"});
+    CHECK(h.exit_code == 0);
+    CHECK(h.out.find("inspect") != std::string::npos);
+    CHECK(h.out.find("Exit codes") != std::string::npos);
+
+    auto ih = run_tool({"inspect", "--help"});
+    CHECK(ih.exit_code == 0);
+    CHECK(ih.out.find("Examples:") != std::string::npos);
+    CHECK(ih.out.find("--state-dict-key") != std::string::npos);
+}
+
+TEST_CASE("cli: usage errors exit 2 and suggest the command meant") {
+    auto r = run_tool({"inspcet", "x.pth"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("Did you mean 'inspect'?") != std::string::npos);
+    CHECK(run_tool({}).exit_code == 2);
+    CHECK(run_tool({"inspect"}).exit_code == 2);
+    auto missing = run_tool({"inspect", "/nonexistent/file.pth"});
+    CHECK(missing.exit_code == 2);
+    CHECK(missing.err.find("/nonexistent/file.pth: cannot open") != std::string::npos);
+}

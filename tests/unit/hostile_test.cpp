@@ -1,0 +1,179 @@
+// The hostile-input table: each input built byte by byte here, run through the real binary.
+// Each must end in exit 2 with a one-line message naming the file, or in a clean report (exit 0);
+// never a crash, never a command run.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <functional>
+
+#include "support/builders.hpp"
+#include "support/run.hpp"
+
+using testing::PickleBuilder;
+using testing::Bytes;
+
+namespace {
+
+Bytes floats(size_t n) { return Bytes(n * 4, '\0'); }
+
+Bytes good_pickle() {
+    PickleBuilder p;
+    p.proto(2).global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("w").tensor("FloatStorage", "0", 6, 0, {2, 3}, {3, 1});
+    p.str("b").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.setitems().stop();
+    return p.bytes();
+}
+Bytes good_zip() { return testing::torch_zip("h", good_pickle(), {{"0", floats(6)}, {"1", floats(3)}}); }
+Bytes zip_of(const Bytes& pickle, const std::vector<std::pair<std::string, Bytes>>& storages = {{"0", floats(6)}, {"1", floats(3)}}) {
+    return testing::torch_zip("h", pickle, storages);
+}
+bool exists(const std::string& p) { struct stat st; return ::stat(p.c_str(), &st) == 0; }
+
+struct Row {
+    const char* name;
+    std::function<Bytes(const std::string& marker)> make;
+    int exit_code;          // 2: refused; 0: read and reported
+    const char* message;    // in stderr (exit 2) or stdout (exit 0)
+};
+
+// The EOCD sits in the last 22 bytes of these files (no comment).
+Bytes patch_u32(Bytes b, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + i] = char((v >> (8 * i)) & 0xff);
+    return b;
+}
+
+const Row k_rows[] = {
+    {"empty file", [](auto&) { return Bytes(); }, 2, "empty file"},
+    {"not a zip", [](auto&) { return Bytes("just some text\n"); }, 2, "not a PyTorch checkpoint"},
+    {"truncated in the first local header", [](auto&) { return good_zip().substr(0, 10); }, 2, "zip"},
+    {"truncated in the middle", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() / 2); }, 2, "zip"},
+    {"truncated in the central directory", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() - 40); }, 2, "zip"},
+    {"truncated end record", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() - 3); }, 2, "end-of-central-directory"},
+    {"central directory offset past the end",
+     [](auto&) { Bytes z = good_zip(); return patch_u32(z, z.size() - 22 + 16, 0x7fffffff); }, 2, "outside the file"},
+    {"central directory size past the end",
+     [](auto&) { Bytes z = good_zip(); return patch_u32(z, z.size() - 22 + 12, 0x7fffffff); }, 2, "outside the file"},
+    {"local header offset past the end",
+     [](auto&) {
+         Bytes z = good_zip();
+         uint32_t cd = 0;
+         for (int i = 0; i < 4; ++i) cd |= uint32_t(uint8_t(z[z.size() - 22 + 16 + i])) << (8 * i);
+         return patch_u32(z, cd + 42, 0x70000000);
+     }, 2, "runs past the start of the central directory"},
+    {"zip without data.pkl", [](auto&) { return testing::ZipBuilder().add("h/other", "x").build(); }, 2, "without h/data.pkl"},
+    {"zip records not in a folder", [](auto&) { return testing::ZipBuilder().add("data.pkl", good_pickle()).build(); }, 2, "not in a folder"},
+    {"missing data/1 record", [](auto&) { return zip_of(good_pickle(), {{"0", floats(6)}}); }, 2, "has no record h/data/1"},
+    {"storage offset past the record",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 5, {2}, {1}).setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 2, "runs past the end of storage 0"},
+    {"shape past the record",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 0, {4, 4}, {4, 1}).setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 2, "runs past the end of storage 0"},
+    {"numel that lies about the record",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 1000, 0, {2}, {1}).setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 2, "holds 24 bytes, but storage 0 is 1000"},
+    {"element count that overflows",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 0, {1ll << 40, 1ll << 40}, {1, 1}).setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 2, "overflows"},
+    {"rebuild with a non-storage argument",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).global("torch._utils", "_rebuild_tensor_v2").mark().integer(1).integer(0)
+             .mark().tuple().mark().tuple().newfalse().op('N').tuple().reduce().stop();
+         return zip_of(p.bytes());
+     }, 2, "without a storage"},
+    {"persistent id that is not a storage",
+     [](auto&) { PickleBuilder p; p.proto(2).str("evil").op('Q').stop(); return zip_of(p.bytes()); }, 2,
+     "not a torch storage reference"},
+    {"nesting 100,000 deep",
+     [](auto&) { return zip_of("\x80\x02" + Bytes(100000, ']') + Bytes(99999, 'a') + "."); }, 2, "nesting deeper than 1000"},
+    {"100,000 MARKs", [](auto&) { return zip_of("\x80\x02" + Bytes(100000, '(') + "N."); }, 0, "None"},
+    {"memo index out of range", [](auto&) { return zip_of("\x80\x02h\x07."); }, 2, "memo index 7 is not defined"},
+    {"long memo index out of range", [](auto&) { return zip_of(Bytes("\x80\x02j\xff\xff\xff\xff.", 8)); }, 2, "memo index 4294967295"},
+    {"unknown opcode", [](auto&) { return zip_of("\x80\x02\xfe."); }, 2, "unknown opcode 0xfe"},
+    {"pickle without STOP", [](auto&) { return zip_of("\x80\x02}"); }, 2, "without a STOP"},
+    {"string length lies", [](auto&) { return zip_of(Bytes("\x80\x02X\xff\xff\xff\x7f", 7)); }, 2, "truncated"},
+    {"negative LONG4 length", [](auto&) { return zip_of(Bytes("\x80\x02\x8b\xff\xff\xff\xff.", 8)); }, 2, "negative length"},
+    {"posix.system payload",
+     [](const std::string& marker) {
+         PickleBuilder p;
+         p.proto(2).global("posix", "system").mark().str("touch " + marker).tuple().reduce().stop();
+         return zip_of(p.bytes());
+     }, 0, "posix.system would run code"},
+    {"builtins.eval payload",
+     [](const std::string& marker) {
+         PickleBuilder p;
+         p.proto(2).global("builtins", "eval").mark().str("__import__('os').system('touch " + marker + "')").tuple().reduce().stop();
+         return zip_of(p.bytes());
+     }, 0, "builtins.eval would run code"},
+    {"STACK_GLOBAL os.system through the memo",
+     [](const std::string& marker) {
+         PickleBuilder p;
+         p.proto(4).short_str("os").binput(0).short_str("system").binput(1).binget(0).binget(1).op('\x93')
+             .mark().str("touch " + marker).tuple().reduce().stop();
+         return zip_of(p.bytes());
+     }, 0, "os.system would run code"},
+    {"a key repeated to hide a tensor",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().mark().str("w").integer(1).str("w").tensor("FloatStorage", "0", 6, 0, {6}, {1}).setitems().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 0, "float32"},
+    {"a dict that contains itself",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().binput(0).mark().str("self").binget(0).str("w")
+             .tensor("FloatStorage", "0", 6, 0, {6}, {1}).setitems().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}});
+     }, 0, "self"},
+    {"damaged deflate data.pkl",
+     [](auto&) {
+         Bytes pk(4000, 'N');
+         Bytes z = testing::ZipBuilder().add("h/data.pkl", pk, true).build();
+         for (size_t i = 30 + 10; i < 30 + 10 + 6; ++i) z[i] = '\xff';
+         return z;
+     }, 2, "data.pkl"},
+};
+
+}  // namespace
+
+TEST_CASE("hostile inputs: refused with a clear message or read cleanly, never a crash") {
+    std::string dir = testing::scratch_dir("hostile");
+    int n = 0;
+    for (const Row& row : k_rows) {
+        std::string marker = dir + "/marker" + std::to_string(n);
+        std::string path = dir + "/case" + std::to_string(n++) + ".pth";
+        testing::write_file(path, row.make(marker));
+        for (bool json : {false, true}) {
+            std::vector<std::string> args{"inspect", path};
+            if (json) args.push_back("--json");
+            testing::RunResult r = testing::run_tool(args);
+            INFO(row.name << (json ? " (--json)" : "") << "\nstdout: " << r.out << "\nstderr: " << r.err);
+            CHECK(r.signal == 0);
+            CHECK(r.exit_code == row.exit_code);
+            if (row.exit_code == 2) {
+                CHECK(r.out.empty());  // never a partial table
+                CHECK(r.err.find(path) != std::string::npos);
+                CHECK(r.err.find(row.message) != std::string::npos);
+                CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+            } else {
+                CHECK(r.out.find(row.message) != std::string::npos);
+            }
+            CHECK_FALSE(exists(marker));  // no payload ever runs
+        }
+    }
+}

@@ -1,0 +1,176 @@
+#include <catch2/catch.hpp>
+
+#include "ckpt/error.hpp"
+#include "ckpt/pickle.hpp"
+#include "support/builders.hpp"
+
+using namespace ckpt;
+using testing::PickleBuilder;
+
+namespace {
+
+struct Run {
+    ValueArena arena;
+    PickleHooks hooks;
+    Value* root = nullptr;
+    explicit Run(const std::string& bytes, PickleLimits limits = {}) {
+        ByteView v{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
+        root = run_pickle(v, arena, hooks, "test.pkl", 0, limits).root;
+    }
+};
+
+std::string repr_of(const std::string& bytes) {
+    Run r(bytes);
+    return repr(r.root, 1000);
+}
+
+ErrorKind error_of(const std::string& bytes, std::string* message = nullptr, PickleLimits limits = {}) {
+    try {
+        Run r(bytes, limits);
+    } catch (const Error& e) {
+        if (message) *message = e.what();
+        return e.kind();
+    }
+    FAIL("no error");
+    return ErrorKind::io;
+}
+
+}  // namespace
+
+TEST_CASE("pickle: protocol 2 scalars and containers") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().binput(0).mark();
+    p.str("a").integer(1);
+    p.str("b").integer(-5);
+    p.str("c").integer(1ll << 40);
+    p.str("d").op('G').raw(std::string("\x3f\xb9\x99\x99\x99\x99\x99\x9a", 8));  // 0.1
+    p.str("e").op('N');
+    p.str("f").op('\x88');
+    p.str("g").mark().integer(1).integer(2).tuple();
+    p.str("h").empty_list().mark().integer(3).short_str("x").op('e');
+    p.str("i").op('C').raw(std::string("\x03", 1)).raw(std::string("a\x00\xff", 3));
+    p.str("j").op('\x8a').raw(std::string("\x0d", 1)).raw(std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x10", 13));
+    p.setitems().stop();
+    CHECK(repr_of(p.bytes()) ==
+          "{'a': 1, 'b': -5, 'c': 1099511627776, 'd': 0.1, 'e': None, 'f': True, 'g': (1, 2), "
+          "'h': [3, 'x'], 'i': b'a\\x00\\xff', 'j': 1267650600228229401496703205376}");
+}
+
+TEST_CASE("pickle: memo, DUP, POP and the mark stack") {
+    PickleBuilder p;
+    p.proto(2).mark().str("shared").binput(1).binget(1).op('2').op('0').tuple().stop();
+    Run r(p.bytes());
+    REQUIRE(r.root->items.size() == 2);
+    CHECK(r.root->items[0] == r.root->items[1]);  // the memo gives the same object back
+}
+
+TEST_CASE("pickle: protocol 4 opcodes (FRAME, MEMOIZE, STACK_GLOBAL, sets)") {
+    PickleBuilder p;
+    p.proto(4).op('\x95').raw(std::string("\x20\0\0\0\0\0\0\0", 8));
+    p.short_str("collections").op('\x94').short_str("OrderedDict").op('\x94').op('\x93').op('\x94');
+    p.op('\x8f').op('\x94').mark().integer(1).integer(2).op('\x90');
+    p.mark().integer(7).op('\x91');
+    p.op('\x87');  // TUPLE3
+    p.stop();
+    CHECK(repr_of(p.bytes()) == "(collections.OrderedDict, {1, 2}, frozenset({7}))");
+}
+
+TEST_CASE("pickle: protocol 0 text opcodes") {
+    std::string p = "(dp0\nS'k'\np1\nI42\nsV\\u00e9t\\u00e9\np2\nF2.5\nsS'n'\nL12345678901L\nsS'b'\nI01\ns.";
+    CHECK(repr_of(p) == "{'k': 42, 'été': 2.5, 'n': 12345678901, 'b': True}");
+}
+
+TEST_CASE("pickle: a key set twice keeps its place and the last value, as a dict does") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark().str("w").integer(1).str("v").integer(2).str("w").integer(3).setitems().stop();
+    CHECK(repr_of(p.bytes()) == "{'w': 3, 'v': 2}");
+}
+
+TEST_CASE("pickle: globals are inert; REDUCE of an unknown callable keeps class and arguments") {
+    PickleBuilder p;
+    p.proto(2).global("posix", "system").mark().str("touch /tmp/x").tuple().reduce().stop();
+    Run r(p.bytes());
+    REQUIRE(r.root->kind == ValueKind::object);
+    CHECK(global_name(r.root->callable) == "posix.system");
+    CHECK(repr(r.root) == "posix.system('touch /tmp/x')");
+}
+
+TEST_CASE("pickle: NEWOBJ + BUILD makes an object with state (argparse.Namespace)") {
+    PickleBuilder p;
+    p.proto(2).global("argparse", "Namespace").empty_tuple().op('\x81').empty_dict()
+        .str("lr").op('G').raw(std::string("\x3f\xb9\x99\x99\x99\x99\x99\x9a", 8)).setitem()
+        .str("name").str("run").setitem().op('b').stop();
+    CHECK(repr_of(p.bytes()) == "argparse.Namespace(lr=0.1, name='run')");
+}
+
+TEST_CASE("pickle: a list that contains itself is built, shown and freed without looping") {
+    PickleBuilder p;
+    p.proto(2).empty_list().binput(0).binget(0).op('a').stop();
+    Run r(p.bytes());
+    CHECK(r.root->items.at(0) == r.root);
+    CHECK(repr(r.root) == "[…]");
+}
+
+TEST_CASE("pickle: hostile programs fail cleanly") {
+    std::string msg;
+    SECTION("unknown opcode") {
+        CHECK(error_of("\x80\x02\xff.", &msg) == ErrorKind::corrupt);
+        CHECK_THAT(msg, Catch::Contains("unknown opcode 0xff"));
+    }
+    SECTION("memo index never defined") {
+        CHECK(error_of("\x80\x02h\x05.", &msg) == ErrorKind::corrupt);
+        CHECK_THAT(msg, Catch::Contains("memo index 5 is not defined"));
+    }
+    SECTION("no STOP") {
+        CHECK(error_of("\x80\x02K\x01", &msg) == ErrorKind::corrupt);
+        CHECK_THAT(msg, Catch::Contains("without a STOP"));
+    }
+    SECTION("pop of an empty stack") {
+        CHECK(error_of("\x80\x02" "0.") == ErrorKind::corrupt);
+    }
+    SECTION("a string length past the end") {
+        CHECK(error_of(std::string("\x80\x02X\xf0\xff\xff\xff", 7) + "abc.", &msg) == ErrorKind::corrupt);
+        CHECK_THAT(msg, Catch::Contains("truncated"));
+    }
+    SECTION("invalid UTF-8") {
+        CHECK(error_of(std::string("\x80\x02X\x02\x00\x00\x00\xc3\x28.", 10)) == ErrorKind::corrupt);
+    }
+    SECTION("nesting 100,000 lists deep") {
+        std::string deep = "\x80\x02" + std::string(100000, ']') + std::string(99999, 'a') + ".";
+        CHECK(error_of(deep, &msg) == ErrorKind::limit);
+        CHECK_THAT(msg, Catch::Contains("nesting deeper than 1000"));
+    }
+    SECTION("nesting 100,000 tuples deep") {
+        std::string deep = "\x80\x02)" + std::string(100000, '\x85') + ".";
+        CHECK(error_of(deep) == ErrorKind::limit);
+    }
+    SECTION("memo cap") {
+        PickleLimits limits;
+        limits.max_memo = 10;
+        std::string p = "\x80\x02N";
+        for (int i = 0; i < 20; ++i) p += std::string("q") + char(i);
+        CHECK(error_of(p + ".", &msg, limits) == ErrorKind::limit);
+    }
+    SECTION("persistent id without a loader") {
+        CHECK(error_of("\x80\x02K\x01Q.") == ErrorKind::unsupported);
+    }
+    SECTION("out-of-band buffer") {
+        CHECK(error_of("\x80\x05\x97.") == ErrorKind::unsupported);
+    }
+    SECTION("STACK_GLOBAL of non-strings") {
+        CHECK(error_of("\x80\x04K\x01K\x02\x93.") == ErrorKind::corrupt);
+    }
+    SECTION("SETITEM on a list") {
+        CHECK(error_of("\x80\x02]K\x01K\x02s.") == ErrorKind::corrupt);
+    }
+}
+
+TEST_CASE("repr matches Python's for floats") {
+    CHECK(repr_float(0.1) == "0.1");
+    CHECK(repr_float(1.0) == "1.0");
+    CHECK(repr_float(1e-05) == "1e-05");
+    CHECK(repr_float(-2.5e300) == "-2.5e+300");
+    CHECK(repr_float(1.0 / 0.0) == "inf");
+    CHECK(big_integer_decimal(std::string("\xff", 1)) == "-1");
+    CHECK(big_integer_decimal(std::string("\x00\x80", 2)) == "-32768");
+}
