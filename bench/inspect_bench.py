@@ -346,6 +346,12 @@ def ratios(cmds):
     return out
 
 
+def ratio(x):
+    if x is None:
+        return "-"
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2f}x"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -393,7 +399,7 @@ def main():
     print(f"  date     {machine['date_utc']}")
     print(f"  machine  {machine['nproc']} CPUs ({machine['cpu_model']}), "
           f"{machine['mem_total_gib']} GiB RAM, {machine['os']}, kernel {machine['kernel']}")
-    print(f"  tool     {args.tool} ({machine['ckpt_tool_version']}, git {machine['git_head']})")
+    print(f"  tool     {args.tool} ({machine['ckpt_tool_version'] or 'version unknown'}, git {machine['git_head'] or '?'})")
     print(f"  python   {args.python} {machine['python_version']}, torch {machine['torch_version']}")
     print(f"  method   {launcher.description}")
     print(f"           runs: {args.runs} per ckpt-tool command and the zipfile floor, {args.py_runs} per "
@@ -432,7 +438,7 @@ def main():
         for tool_id, what in (("inspect_json", "--json"), ("inspect_text", "text")):
             if tool_id in rat:
                 r = rat[tool_id]
-                parts.append(f"vs {what}: time {r['time']:.0f}x, peak RSS {r['peak_rss']:.0f}x")
+                parts.append(f"vs {what}: time {ratio(r['time'])}, peak RSS {ratio(r['peak_rss'])}")
         if parts:
             print(f"   torch.load / ckpt-tool inspect: {'; '.join(parts)}")
         floor_c = next(c for c in cmds if c["id"] == "zip_floor")
@@ -461,7 +467,7 @@ def main():
     if errors:
         print("\nerrors:", file=sys.stderr)
         for e in errors:
-            print(f"  {e}", file=sys.stderr)
+            print("  " + e.rstrip().replace("\n", "\n    "), file=sys.stderr)
         return 1
     return 0
 

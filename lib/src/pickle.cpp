@@ -202,13 +202,23 @@ private:
     }
     std::string_view unescape_string_literal(std::string_view line);
     std::string_view unescape_raw_unicode(std::string_view line);
+    // Writers number memo entries densely from 0, so a vector serves them; a sparse or huge index
+    // (only a hostile pickle writes one) goes to the map and costs what it holds, not its value.
     void memo_put(uint64_t index) {
         Value* v = top();
-        if (m_memo.size() >= m_limits.max_memo && !m_memo.count(index))
+        bool dense = index < m_memo_dense.size() + 4096;
+        bool fresh = dense ? index >= m_memo_dense.size() || !m_memo_dense[index] : !m_memo.count(index);
+        if (fresh && ++m_memo_count > m_limits.max_memo)
             limit("memo grows past " + std::to_string(m_limits.max_memo) + " entries");
-        m_memo[index] = v;
+        if (dense) {
+            if (index >= m_memo_dense.size()) m_memo_dense.resize(index + 1, nullptr);
+            m_memo_dense[index] = v;
+        } else {
+            m_memo[index] = v;
+        }
     }
     Value* memo_get(uint64_t index) {
+        if (index < m_memo_dense.size() && m_memo_dense[index]) return m_memo_dense[index];
         auto it = m_memo.find(index);
         if (it == m_memo.end()) fail("memo index " + std::to_string(index) + " is not defined");
         return it->second;
@@ -284,6 +294,8 @@ private:
     std::vector<Value*> m_stack;
     std::vector<size_t> m_marks;
     std::unordered_map<uint64_t, Value*> m_memo;
+    std::vector<Value*> m_memo_dense;
+    uint64_t m_memo_count = 0;
     std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> m_dict_index;
     uint64_t m_op_offset = 0;
 };
@@ -543,7 +555,7 @@ PickleResult Machine::run() {
             case 'p': memo_put(parse_index_line(m_in.line())); break;
             case 'q': memo_put(m_in.u8()); break;
             case 'r': memo_put(m_in.u32le()); break;
-            case 0x94: memo_put(m_memo.size()); break;
+            case 0x94: memo_put(m_memo_count); break;  // MEMOIZE: index = len(memo)
             case 'g': push(memo_get(parse_index_line(m_in.line()))); break;
             case 'h': push(memo_get(m_in.u8())); break;
             case 'j': push(memo_get(m_in.u32le())); break;
