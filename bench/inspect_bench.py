@@ -298,10 +298,23 @@ def machine_info(args):
         "ckpt_tool": args.tool,
         "ckpt_tool_version": out([args.tool, "--version"]),
         "git_head": out(["git", "-C", REPO, "rev-parse", "--short", "HEAD"]),
+        "git_dirty": bool(out(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"])),
+        "ckpt_tool_sha256": _sha256(args.tool)[:12],
+        "ckpt_tool_mtime": datetime.datetime.fromtimestamp(
+            os.path.getmtime(args.tool), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "python": args.python,
         "python_version": out([args.python, "-c", "import sys; print(sys.version.split()[0])"]),
         "torch_version": out([args.python, "-c", "import torch; print(torch.__version__)"]),
     }
+
+
+def _sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _os_name():
@@ -399,7 +412,9 @@ def main():
     print(f"  date     {machine['date_utc']}")
     print(f"  machine  {machine['nproc']} CPUs ({machine['cpu_model']}), "
           f"{machine['mem_total_gib']} GiB RAM, {machine['os']}, kernel {machine['kernel']}")
-    print(f"  tool     {args.tool} ({machine['ckpt_tool_version'] or 'version unknown'}, git {machine['git_head'] or '?'})")
+    print(f"  tool     {args.tool} ({machine['ckpt_tool_version'] or 'version unknown'}, "
+          f"git {machine['git_head'] or '?'}{' + local changes' if machine['git_dirty'] else ''}, "
+          f"built {machine['ckpt_tool_mtime']}, sha256 {machine['ckpt_tool_sha256']})")
     print(f"  python   {args.python} {machine['python_version']}, torch {machine['torch_version']}")
     print(f"  method   {launcher.description}")
     print(f"           runs: {args.runs} per ckpt-tool command and the zipfile floor, {args.py_runs} per "
