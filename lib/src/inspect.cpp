@@ -54,7 +54,7 @@ std::string shell_quote(const std::string& s) {
 }
 
 // {"state": {int: {...}}, "param_groups": [{"params": [...], "lr": …}, …]}
-void find_optimizers(const Checkpoint& c, const Value* v, const std::string& key, int depth,
+void find_optimizers(const Value* v, const std::string& key, int depth,
                      std::vector<OptimizerSummary>& out) {
     if (depth > 3 || v->kind != ValueKind::dict) return;
     const Value* state = v->get("state");
@@ -88,7 +88,7 @@ void find_optimizers(const Checkpoint& c, const Value* v, const std::string& key
     }
     for (size_t i = 0; i < v->dict_size(); ++i) {
         std::string k = key_part(v->dict_key(i));
-        find_optimizers(c, v->dict_value(i), key.empty() ? k : key + "." + k, depth + 1, out);
+        find_optimizers(v->dict_value(i), key.empty() ? k : key + "." + k, depth + 1, out);
     }
 }
 
@@ -163,7 +163,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     }
     for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();
 
-    find_optimizers(c, c.root(), "", 0, r.optimizers);
+    find_optimizers(c.root(), "", 0, r.optimizers);
     add_prefix_hints(c, r);
     if (c.state_dict().kind == StateDictKind::none && !r.tensors.empty())
         r.hints.push_back({"no_state_dict",

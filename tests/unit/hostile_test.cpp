@@ -29,6 +29,13 @@ Bytes good_zip() { return testing::torch_zip("h", good_pickle(), {{"0", floats(6
 Bytes zip_of(const Bytes& pickle, const std::vector<std::pair<std::string, Bytes>>& storages = {{"0", floats(6)}, {"1", floats(3)}}) {
     return testing::torch_zip("h", pickle, storages);
 }
+// {"w": tensor over storage "0" (claimed numel, offset, shape, stride)} over a 6-float record.
+Bytes one_tensor_zip(int64_t numel, int64_t offset, const std::vector<int64_t>& shape,
+                     const std::vector<int64_t>& stride) {
+    PickleBuilder p;
+    p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", numel, offset, shape, stride).setitem().stop();
+    return zip_of(p.bytes(), {{"0", floats(6)}});
+}
 bool exists(const std::string& p) { struct stat st; return ::stat(p.c_str(), &st) == 0; }
 
 struct Row {
@@ -66,29 +73,13 @@ const Row k_rows[] = {
     {"zip records not in a folder", [](auto&) { return testing::ZipBuilder().add("data.pkl", good_pickle()).build(); }, 2, "not in a folder"},
     {"missing data/1 record", [](auto&) { return zip_of(good_pickle(), {{"0", floats(6)}}); }, 2, "has no record h/data/1"},
     {"storage offset past the record",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 5, {2}, {1}).setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}});
-     }, 2, "runs past the end of storage 0"},
+     [](auto&) { return one_tensor_zip(6, 5, {2}, {1}); }, 2, "runs past the end of storage 0"},
     {"shape past the record",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 0, {4, 4}, {4, 1}).setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}});
-     }, 2, "runs past the end of storage 0"},
+     [](auto&) { return one_tensor_zip(6, 0, {4, 4}, {4, 1}); }, 2, "runs past the end of storage 0"},
     {"numel that lies about the record",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 1000, 0, {2}, {1}).setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}});
-     }, 2, "holds 24 bytes, but storage 0 is 1000"},
+     [](auto&) { return one_tensor_zip(1000, 0, {2}, {1}); }, 2, "holds 24 bytes, but storage 0 is 1000"},
     {"element count that overflows",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("w").tensor("FloatStorage", "0", 6, 0, {1ll << 40, 1ll << 40}, {1, 1}).setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}});
-     }, 2, "overflows"},
+     [](auto&) { return one_tensor_zip(6, 0, {1ll << 40, 1ll << 40}, {1, 1}); }, 2, "overflows"},
     {"rebuild with a non-storage argument",
      [](auto&) {
          PickleBuilder p;
