@@ -31,6 +31,19 @@ const Command k_commands[] = {
      "  ckpt-tool inspect ckpt.pth --json > manifest.json\n"
      "  ckpt-tool inspect ckpt.pth --state-dict-key model --keys 'encoder.*'",
      setup_inspect},
+    {"diff-keys", "Compare a checkpoint's state-dict keys, shapes and dtypes with a reference (checkpoint "
+                  "or JSON manifest) and say which prefix change fixes them. Exit 1 when they differ.",
+     "  ckpt-tool diff-keys ckpt.pth reference.pth\n"
+     "  ckpt-tool inspect model.pth --json > manifest.json && ckpt-tool diff-keys ckpt.pth manifest.json\n"
+     "  ckpt-tool diff-keys ckpt.pth reference.pth --ignore '*.num_batches_tracked' --json",
+     setup_diff_keys},
+    {"strip-prefix", "Rename state-dict keys (remove module. / _orig_mod. or a given prefix, or add one) "
+                     "and keep everything else in the file exactly as it was.",
+     "  ckpt-tool strip-prefix ddp.pth -o plain.pth\n"
+     "  ckpt-tool strip-prefix lightning.ckpt --state-dict-key state_dict --prefix model. -o plain.ckpt\n"
+     "  ckpt-tool strip-prefix plain.pth --add-prefix module. -o wrapped.pth\n"
+     "  ckpt-tool strip-prefix ddp.pth --dry-run",
+     setup_strip_prefix},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

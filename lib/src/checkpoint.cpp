@@ -49,6 +49,7 @@ std::string key_part(const Value* key) {
 }
 
 Checkpoint::~Checkpoint() = default;
+ByteView Checkpoint::pickle_bytes() const { return m_pickle ? m_pickle->view() : ByteView{}; }
 uint64_t Checkpoint::file_size() const { return m_file ? m_file->size() : 0; }
 size_t Checkpoint::record_count() const { return m_zip ? m_zip->entries().size() : 0; }
 bool Checkpoint::zip64() const { return m_zip && m_zip->zip64(); }
@@ -161,9 +162,11 @@ void Checkpoint::Builder::read_torch_zip() {
     c.m_pickle = std::make_unique<RecordData>(c.m_zip->record_data(*pkl));
     uint64_t base = pkl->method == 0 ? c.m_zip->data_offset(*pkl) : 0;
     c.m_pickle_size = c.m_pickle->view().size;
+    c.m_pickle_record = pkl->name;
+    if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
     TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, pkl->name);
     PickleResult r = run_pickle(c.m_pickle->view(), c.m_arena, hooks, pkl->name, base,
-                                options.pickle_limits);
+                                options.pickle_limits, c.m_trace.get());
     c.m_root_value = r.root;
     c.m_protocol = r.protocol;
 

@@ -32,27 +32,6 @@ bool InspectReport::listed(const TensorRow& row) const {
 
 namespace {
 
-std::string file_stem_out(const std::string& path) {
-    std::string base = path;
-    size_t slash = base.rfind('/');
-    std::string dir = slash == std::string::npos ? "" : base.substr(0, slash + 1);
-    if (slash != std::string::npos) base = base.substr(slash + 1);
-    size_t dot = base.rfind('.');
-    std::string stem = dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
-    std::string ext = dot == std::string::npos || dot == 0 ? "" : base.substr(dot);
-    return dir + stem + "_stripped" + ext;
-}
-
-std::string shell_quote(const std::string& s) {
-    bool plain = !s.empty();
-    for (char ch : s)
-        plain = plain && (isalnum(static_cast<unsigned char>(ch)) || std::string_view("._-/+=:,@").find(ch) != std::string_view::npos);
-    if (plain) return s;
-    std::string out = "'";
-    for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    return out + "'";
-}
-
 // {"state": {int: {...}}, "param_groups": [{"params": [...], "lr": …}, …]}
 void find_optimizers(const Value* v, const std::string& key, int depth,
                      std::vector<OptimizerSummary>& out) {
@@ -99,9 +78,6 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
     if (names.empty()) return;
     std::string n = std::to_string(names.size());
     std::string wp = wrapper_prefix(names);
-    std::string file = shell_quote(c.path());
-    std::string out = shell_quote(file_stem_out(c.path()));
-    std::string sdk = sd.path.empty() ? "" : " --state-dict-key " + shell_quote(sd.path);
     if (!wp.empty()) {
         std::string why;
         bool ddp = wp.find("module.") != std::string::npos;
@@ -111,15 +87,14 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
         else why = "saved from a torch.compile'd model";
         r.hints.push_back({"wrapper_prefix",
                            "all " + n + " keys start with \"" + wp + "\" (" + why + ")",
-                           "ckpt-tool strip-prefix " + file + sdk + " -o " + out});
+                           strip_prefix_command(c.path(), sd.path, {}, "")});
         return;
     }
     std::string lead = common_leading_component(names);
     if (!lead.empty()) {
         std::string why = lead == "model." ? " (a LightningModule's `model` attribute?)" : "";
         r.hints.push_back({"common_prefix", "all " + n + " keys start with \"" + lead + "\"" + why,
-                           "ckpt-tool strip-prefix " + file + sdk + " --prefix " + shell_quote(lead) +
-                               " -o " + out});
+                           strip_prefix_command(c.path(), sd.path, {lead}, "")});
     }
 }
 

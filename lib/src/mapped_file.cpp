@@ -43,11 +43,12 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
             io_fail(path, "cannot map", err);
         }
     }
-    ::close(fd);  // the mapping keeps the file alive
+    m_fd = fd;
 }
 
 MappedFile::~MappedFile() {
     if (m_data) ::munmap(m_data, m_size);
+    if (m_fd >= 0) ::close(m_fd);
 }
 
 }  // namespace ckpt

@@ -92,9 +92,9 @@ int hex_digit(char c) {
 class Machine {
 public:
     Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
-            uint64_t base, const PickleLimits& limits)
+            uint64_t base, const PickleLimits& limits, PickleTrace* trace)
         : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
-          m_limits(limits) {}
+          m_limits(limits), m_trace(trace) {}
 
     PickleResult run();
 
@@ -110,11 +110,13 @@ private:
     void push(Value* v) {
         if (m_stack.size() >= m_limits.max_stack) limit("stack grows past its limit");
         m_stack.push_back(v);
+        if (m_trace) m_push_pos.push_back(m_op_pos);
     }
     Value* pop() {
         if (m_stack.size() <= mark_base()) fail("pops an empty stack (or past a MARK)");
         Value* v = m_stack.back();
         m_stack.pop_back();
+        if (m_trace) m_push_pos.pop_back();
         return v;
     }
     Value* top() {
@@ -127,6 +129,10 @@ private:
         m_marks.pop_back();
         std::vector<Value*> items(m_stack.begin() + static_cast<long>(base), m_stack.end());
         m_stack.resize(base);
+        if (m_trace) {
+            m_popped_pos.assign(m_push_pos.begin() + static_cast<long>(base), m_push_pos.end());
+            m_push_pos.resize(base);
+        }
         return items;
     }
     // Records that `child` now sits inside `parent`, enforcing the depth and size caps.
@@ -234,7 +240,8 @@ private:
     }
     // Dict semantics: a key set again keeps its first position and takes the new value, as
     // torch.load would see it (a hostile file may repeat a key to hide a tensor).
-    void set_items(Value* target, const std::vector<Value*>& kv) {
+    // `key_pos`, when tracing: where each pair's key was pushed (parallel to kv).
+    void set_items(Value* target, const std::vector<Value*>& kv, const uint64_t* key_pos = nullptr) {
         if (kv.size() % 2) fail("SETITEMS with an odd number of values");
         if (target->kind != ValueKind::dict && target->kind != ValueKind::object)
             fail("SETITEM on a " + type_name(target));
@@ -248,9 +255,11 @@ private:
                 auto [it, fresh] = index.emplace(std::move(key), target->entries.size());
                 if (!fresh) {
                     target->entries[it->second + 1] = kv[n + 1];
+                    if (key_pos) m_trace->key_sites.push_back({target, it->second / 2, kv[n], key_pos[n]});
                     continue;
                 }
             }
+            if (key_pos) m_trace->key_sites.push_back({target, target->entries.size() / 2, kv[n], key_pos[n]});
             target->entries.push_back(kv[n]);
             target->entries.push_back(kv[n + 1]);
         }
@@ -298,6 +307,15 @@ private:
     uint64_t m_memo_count = 0;
     std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> m_dict_index;
     uint64_t m_op_offset = 0;
+    uint64_t m_op_pos = 0;                // m_op_offset within the pickle
+    PickleTrace* m_trace;
+    std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
+    std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
+    const uint64_t* popped_pos() const { return m_trace ? m_popped_pos.data() : nullptr; }
+    Value* traced_get(Value* v) {
+        if (m_trace && v->kind == ValueKind::string) m_trace->string_gets.push_back({v, m_op_pos});
+        return v;
+    }
 };
 
 std::string_view Machine::unescape_string_literal(std::string_view line) {
@@ -369,11 +387,15 @@ PickleResult Machine::run() {
     PickleResult result;
     while (true) {
         m_op_offset = m_in.file_offset();
+        m_op_pos = m_in.pos();
         if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
         uint8_t op = m_in.u8();
         switch (op) {
             case 0x80: result.protocol = m_in.u8(); if (result.protocol > 5) fail("unknown protocol " + std::to_string(result.protocol)); break;
-            case 0x95: m_in.u64le(); break;  // FRAME: a length hint, the data follows inline
+            case 0x95:  // FRAME: a length hint, the data follows inline
+                m_in.u64le();
+                if (m_trace) m_trace->frames.push_back(m_op_pos);
+                break;
             case '.': {
                 result.root = pop();
                 result.end = m_in.pos();
@@ -384,7 +406,7 @@ PickleResult Machine::run() {
                 m_marks.push_back(m_stack.size());
                 break;
             case '0':
-                if (m_stack.size() > mark_base()) m_stack.pop_back();
+                if (m_stack.size() > mark_base()) pop();
                 else pop_mark();
                 break;
             case '1': pop_mark(); break;
@@ -466,7 +488,7 @@ PickleResult Machine::run() {
             case 'd': {
                 std::vector<Value*> kv = pop_mark();
                 Value* d = m_arena.make(ValueKind::dict, m_op_offset);
-                set_items(d, kv);
+                set_items(d, kv, popped_pos());
                 push(d);
                 break;
             }
@@ -482,8 +504,14 @@ PickleResult Machine::run() {
             }
             case 'a': { Value* v = pop(); append_items(top(), {v}); break; }
             case 'e': { std::vector<Value*> items = pop_mark(); append_items(top(), items); break; }
-            case 's': { Value* v = pop(); Value* k = pop(); set_items(top(), {k, v}); break; }
-            case 'u': { std::vector<Value*> kv = pop_mark(); set_items(top(), kv); break; }
+            case 's': {
+                uint64_t key_pos[2] = {m_trace ? m_push_pos[m_push_pos.size() - 2] : 0, 0};
+                Value* v = pop();
+                Value* k = pop();
+                set_items(top(), {k, v}, m_trace ? key_pos : nullptr);
+                break;
+            }
+            case 'u': { std::vector<Value*> kv = pop_mark(); set_items(top(), kv, popped_pos()); break; }
             case 'c': {
                 std::string_view module = m_in.line();
                 std::string_view name = m_in.line();
@@ -556,9 +584,9 @@ PickleResult Machine::run() {
             case 'q': memo_put(m_in.u8()); break;
             case 'r': memo_put(m_in.u32le()); break;
             case 0x94: memo_put(m_memo_count); break;  // MEMOIZE: index = len(memo)
-            case 'g': push(memo_get(parse_index_line(m_in.line()))); break;
-            case 'h': push(memo_get(m_in.u8())); break;
-            case 'j': push(memo_get(m_in.u32le())); break;
+            case 'g': push(traced_get(memo_get(parse_index_line(m_in.line())))); break;
+            case 'h': push(traced_get(memo_get(m_in.u8()))); break;
+            case 'j': push(traced_get(memo_get(m_in.u32le()))); break;
             case 'P': {
                 Value* pid = m_arena.make(ValueKind::string, m_op_offset);
                 pid->s = m_in.line();
@@ -588,9 +616,39 @@ PickleResult Machine::run() {
 }  // namespace
 
 PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
-                        const std::string& context, uint64_t base, PickleLimits limits) {
-    Machine m(data, arena, hooks, context, base, limits);
+                        const std::string& context, uint64_t base, PickleLimits limits,
+                        PickleTrace* trace) {
+    Machine m(data, arena, hooks, context, base, limits, trace);
     return m.run();
+}
+
+uint64_t traced_opcode_length(ByteView pickle, uint64_t pos) {
+    if (pos >= pickle.size) return 0;
+    ByteReader in(pickle, "pickle");
+    in.seek(pos + 1);
+    auto sized = [&](uint64_t n) -> uint64_t {
+        if (n > in.remaining()) return 0;
+        return in.pos() + n - pos;
+    };
+    auto line = [&]() -> uint64_t {
+        in.line();
+        return in.pos() - pos;
+    };
+    try {
+        switch (pickle.data[pos]) {
+            case 'X': case 'T': return sized(in.u32le());
+            case 0x8c: case 'U': return sized(in.u8());
+            case 0x8d: return sized(in.u64le());
+            case 'S': case 'V': case 'g': case 'p': return line();
+            case 'h': case 'q': return sized(1);
+            case 'j': case 'r': return sized(4);
+            case 0x94: return 1;
+            case 0x95: return sized(8);
+            default: return 0;
+        }
+    } catch (const Error&) {
+        return 0;
+    }
 }
 
 }  // namespace ckpt

@@ -1,6 +1,8 @@
 #include "ckpt/report.hpp"
 
+#include <cctype>
 #include <cstdio>
+#include <string_view>
 
 #ifndef CKPT_VERSION
 #define CKPT_VERSION "0.0.0"
@@ -43,6 +45,38 @@ std::string shape_text(const std::vector<int64_t>& shape) {
         s += std::to_string(shape[i]);
     }
     return s;
+}
+
+std::string shell_quote(const std::string& s) {
+    bool plain = !s.empty();
+    for (char ch : s)
+        plain = plain && (isalnum(static_cast<unsigned char>(ch)) ||
+                          std::string_view("._-/+=:,@").find(ch) != std::string_view::npos);
+    if (plain) return s;
+    std::string out = "'";
+    for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+namespace {
+std::string repaired_path(const std::string& path) {
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    size_t dot = base.rfind('.');
+    std::string stem = dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+    std::string ext = dot == std::string::npos || dot == 0 ? "" : base.substr(dot);
+    return dir + stem + "_stripped" + ext;
+}
+}  // namespace
+
+std::string strip_prefix_command(const std::string& file, const std::string& state_dict_path,
+                                 const std::vector<std::string>& strip, const std::string& add) {
+    std::string cmd = "ckpt-tool strip-prefix " + shell_quote(file);
+    if (!state_dict_path.empty()) cmd += " --state-dict-key " + shell_quote(state_dict_path);
+    for (const auto& p : strip) cmd += " --prefix " + shell_quote(p);
+    if (!add.empty()) cmd += " --add-prefix " + shell_quote(add);
+    return cmd + " -o " + shell_quote(repaired_path(file));
 }
 
 }  // namespace ckpt

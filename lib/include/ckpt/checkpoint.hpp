@@ -97,6 +97,7 @@ const char* format_name(Format f);
 struct OpenOptions {
     std::optional<std::string> state_dict_key;  // --state-dict-key
     PickleLimits pickle_limits;
+    bool trace_pickle = false;  // keep a PickleTrace (for writers that patch data.pkl)
 };
 
 class Checkpoint {
@@ -130,6 +131,14 @@ public:
     // Number of distinct tensors (by rebuild object) viewing each storage.
     std::vector<size_t> storage_users() const;
 
+    // For writers: the container, the input and the pickle as read.
+    const MappedFile& file() const { return *m_file; }
+    const ZipArchive& zip() const { return *m_zip; }
+    ByteView pickle_bytes() const;
+    const std::string& pickle_record() const { return m_pickle_record; }
+    // Null unless opened with trace_pickle.
+    const PickleTrace* pickle_trace() const { return m_trace.get(); }
+
     // Internal: readers fill these.
     struct Builder;
 
@@ -141,6 +150,8 @@ private:
     std::unique_ptr<MappedFile> m_file;
     std::unique_ptr<ZipArchive> m_zip;
     std::unique_ptr<RecordData> m_pickle;
+    std::string m_pickle_record;
+    std::unique_ptr<PickleTrace> m_trace;
     ValueArena m_arena;
     Format m_format = Format::torch_zip;
     std::string m_root, m_byteorder = "little", m_version;

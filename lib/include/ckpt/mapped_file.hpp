@@ -19,9 +19,12 @@ public:
     const std::string& path() const { return m_path; }
     ByteView view() const { return {static_cast<const uint8_t*>(m_data), m_size}; }
     uint64_t size() const { return m_size; }
+    // The open file, for copies the kernel does (copy_file_range) without touching the mapping.
+    int fd() const { return m_fd; }
 
 private:
     std::string m_path;
+    int m_fd = -1;
     void* m_data = nullptr;
     uint64_t m_size = 0;
 };

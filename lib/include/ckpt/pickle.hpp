@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ckpt/bytes.hpp"
 #include "ckpt/value.hpp"
@@ -34,6 +35,25 @@ public:
     virtual Value* persistent_load(Value* pid, uint64_t offset);
 };
 
+// Where things came from in the pickle's bytes, for writers that patch a pickle instead of
+// re-serialising it (strip-prefix renames keys and leaves every other byte as it was). Positions are
+// offsets from the start of the pickle data. Off by default: inspect pays nothing for it.
+struct PickleTrace {
+    struct KeySite {
+        const Value* dict;  // the dict (or object) that received the item
+        size_t entry;       // index of the entry it set (a repeated key sets its first entry again)
+        const Value* key;   // the key as pushed
+        uint64_t pos;       // the opcode that pushed the key
+    };
+    struct StringGet {
+        const Value* value;  // the string a GET fetched from the memo
+        uint64_t pos;        // the GET opcode
+    };
+    std::vector<KeySite> key_sites;   // SETITEM, SETITEMS and DICT, in execution order
+    std::vector<StringGet> string_gets;
+    std::vector<uint64_t> frames;     // FRAME opcodes (9 bytes each)
+};
+
 struct PickleResult {
     Value* root = nullptr;
     uint8_t protocol = 0;     // from PROTO, 0 when absent
@@ -43,7 +63,12 @@ struct PickleResult {
 // Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and
 // `context` names it in errors ("data.pkl").
 PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
-                        const std::string& context, uint64_t base = 0, PickleLimits limits = {});
+                        const std::string& context, uint64_t base = 0, PickleLimits limits = {},
+                        PickleTrace* trace = nullptr);
+
+// Length in bytes of the opcode (with its argument) at `pos` of a pickle, for the opcodes a trace
+// points at: string pushes, GETs, PUTs, MEMOIZE, FRAME. Returns 0 for any other opcode.
+uint64_t traced_opcode_length(ByteView pickle, uint64_t pos);
 
 // Python 2 module names that pickle's fix_imports maps (`__builtin__` → `builtins`, `copy_reg` → …).
 std::string python3_module(std::string_view module);

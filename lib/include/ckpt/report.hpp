@@ -22,4 +22,11 @@ std::string human_count(uint64_t n);
 // {64, 3, 7, 7} → "64×3×7×7"; {} → "()"
 std::string shape_text(const std::vector<int64_t>& shape);
 
+// A word for the shell: as it is when it is plain, single-quoted otherwise.
+std::string shell_quote(const std::string& s);
+// The exact `ckpt-tool strip-prefix` command line that repairs `file`: strips `strip` (none: the
+// default wrapper prefixes), then adds `add`; writes beside the input as NAME_stripped.EXT.
+std::string strip_prefix_command(const std::string& file, const std::string& state_dict_path,
+                                 const std::vector<std::string>& strip, const std::string& add);
+
 }  // namespace ckpt

@@ -1,0 +1,43 @@
+// An output that appears whole or not at all. The bytes go to a temporary beside the target (same
+// directory, so the final rename is atomic); commit() fsyncs it, renames it over the target and fsyncs
+// the directory. Destroying an uncommitted AtomicFile removes the temporary, and so does SIGINT,
+// SIGTERM or SIGHUP while it is open: a repair cut short leaves the old file and nothing else.
+#pragma once
+
+#include <string>
+
+namespace ckpt {
+
+class AtomicFile {
+public:
+    // Throws Error(io) naming `target` when its directory cannot hold a new file.
+    explicit AtomicFile(std::string target);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    int fd() const { return m_fd; }
+    const std::string& target() const { return m_target; }
+    const std::string& temp_path() const { return m_temp; }
+
+    // Makes the temporary the target. With `replace` false the rename fails (Error(io)) if the target
+    // exists by then, checked by the kernel in the rename itself (no window between check and rename).
+    void commit(bool replace);
+    // Removes the temporary now (a failed write).
+    void discard();
+
+private:
+    std::string m_target, m_temp;
+    int m_fd = -1;
+    int m_slot = -1;  // signal-cleanup registration
+    bool m_committed = false;
+};
+
+// Writes all of `size` bytes at `offset`, retrying short writes; throws Error(io) naming `path`.
+void write_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path);
+// Copies `size` bytes between files (copy_file_range, falling back to read/write when the kernel
+// cannot); throws Error(io) naming `path` (the output).
+void copy_range(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
+                const std::string& path);
+
+}  // namespace ckpt

@@ -1,0 +1,88 @@
+// `diff-keys`: the key set of a checkpoint's state dict against a reference (another checkpoint or a
+// JSON key manifest), the way load_state_dict(strict=True) would see it, and the prefix change that
+// would make them fit.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/inspect.hpp"
+
+namespace ckpt {
+
+struct KeyInfo {
+    std::string name;
+    std::string dtype;                          // "" when the source does not say
+    std::optional<std::vector<int64_t>> shape;  // unset when the source does not say
+};
+
+struct KeySet {
+    std::string path;
+    std::string kind;             // "checkpoint" | "manifest"
+    std::string state_dict_path;  // checkpoints: where the state dict sits ("" top level)
+    std::vector<KeyInfo> keys;    // in order, unique names
+};
+
+// The state dict of an open checkpoint (tensor entries; other values have no shape or dtype).
+KeySet key_set_of(const Checkpoint& c);
+
+// A checkpoint or a JSON manifest, told apart by content. A manifest is any of:
+//   [{"key": "conv1.weight", "shape": [64, 3, 7, 7], "dtype": "float32"}, …]   (shape, dtype optional)
+//   ["conv1.weight", …]
+//   {"keys": [ …either list… ]}
+//   the output of `ckpt-tool inspect --json` (its state-dict tensors, by state_dict_key)
+// Throws Error naming the path for anything else.
+KeySet read_key_set(const std::string& path, const OpenOptions& open = {});
+
+struct DiffOptions {
+    std::vector<std::string> ignore;  // globs; matching keys are left out on both sides
+    bool strict_dtype = false;        // dtype differences count as a mismatch
+};
+
+struct ShapeMismatch {
+    std::string key;
+    std::vector<int64_t> shape, reference_shape;
+};
+
+struct DTypeMismatch {
+    std::string key, dtype, reference_dtype;
+};
+
+// The prefix change that makes most keys match: strip `strip` from the keys of the checkpoint that
+// carry it, then add `add` to every key.
+struct PrefixFix {
+    std::string strip, add;
+    std::string command;   // the strip-prefix command that applies it ("" when FILE is no checkpoint)
+    size_t matched = 0, missing = 0, unexpected = 0, shape_mismatch = 0;
+    bool complete() const { return missing == 0 && unexpected == 0 && shape_mismatch == 0; }
+};
+
+struct KeyDiff {
+    std::string file, reference;
+    size_t keys = 0, reference_keys = 0, matched = 0;
+    size_t ignored = 0, reference_ignored = 0;
+    std::vector<std::string> missing, unexpected;
+    std::vector<ShapeMismatch> shape_mismatch;
+    std::vector<DTypeMismatch> dtype_mismatch;
+    std::optional<PrefixFix> prefix_fix;
+    bool strict_dtype = false;
+    bool match() const {
+        return missing.empty() && unexpected.empty() && shape_mismatch.empty() &&
+               (!strict_dtype || dtype_mismatch.empty());
+    }
+};
+
+KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions& options);
+
+nlohmann::json to_json(const KeyDiff& diff);
+struct DiffTextOptions {
+    bool all = false;  // every row of every list
+};
+void render_text(const KeyDiff& diff, std::ostream& out, const TextStyle& style, const DiffTextOptions& options = {});
+
+}  // namespace ckpt

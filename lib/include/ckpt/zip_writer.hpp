@@ -1,0 +1,52 @@
+// Writes a zip the way torch.save lays one out, so torch (and any zip tool) reads it natively:
+//   per record:  local header (sig 0x04034b50, version 45 if ZIP64 else 20, flags 0x0800 UTF-8 names,
+//                method 0 STORED, CRC-32 and sizes filled in — no data descriptor) · name · extra
+//                fields: ZIP64 (id 0x0001: size, compressed size) when a size does not fit 32 bits,
+//                then "FB" padding (id 0x4246, 'Z' bytes) so the data starts on a 64-byte boundary ·
+//                the data
+//   then:        central directory (one record per entry, ZIP64 extra for sizes/offsets past 32 bits)
+//                · ZIP64 end record · ZIP64 locator · end record — torch writes the ZIP64 pair on every
+//                file, and so does this writer.
+// Writes are positional (pwrite / copy_file_range), so a record copied from another file never passes
+// through this process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/bytes.hpp"
+
+namespace ckpt {
+
+class ZipWriter {
+public:
+    static constexpr uint64_t k_alignment = 64;
+
+    // `path` names the output in errors.
+    ZipWriter(int fd, std::string path) : m_fd(fd), m_path(std::move(path)) {}
+
+    // A record from memory.
+    void add(const std::string& name, ByteView data, uint32_t crc32);
+    // A record copied from `src_fd` (bytes [offset, offset + size)) with a known CRC-32.
+    void add_copy(const std::string& name, int src_fd, uint64_t offset, uint64_t size, uint32_t crc32);
+    // Central directory and end records. Returns the file's size.
+    uint64_t finish();
+
+    size_t records() const { return m_entries.size(); }
+
+private:
+    struct Written {
+        std::string name;
+        uint32_t crc32;
+        uint64_t size, header_offset;
+    };
+    uint64_t begin_record(const std::string& name, uint64_t size, uint32_t crc32);
+
+    int m_fd;
+    std::string m_path;
+    uint64_t m_pos = 0;
+    std::vector<Written> m_entries;
+};
+
+}  // namespace ckpt

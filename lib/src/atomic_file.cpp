@@ -1,0 +1,189 @@
+#include "ckpt/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ckpt/error.hpp"
+
+namespace ckpt {
+
+namespace {
+
+[[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
+    throw Error(ErrorKind::io, path, what + ": " + std::strerror(err));
+}
+
+std::string parent_dir(const std::string& path) {
+    size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Temporaries to remove if a signal ends the process. A signal handler may only touch memory it can
+// read without locks, so this is a fixed table of paths with an atomic "in use" flag each — the one
+// piece of global state in the library, and it holds nothing but cleanup duties.
+constexpr int k_slots = 8;
+struct Slot {
+    std::atomic<bool> used{false};
+    char path[4096];
+};
+Slot g_slots[k_slots];
+std::atomic<bool> g_handlers_installed{false};
+
+void on_signal(int sig) {
+    for (Slot& s : g_slots)
+        if (s.used.load()) ::unlink(s.path);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
+int register_temp(const std::string& path) {
+    if (path.size() >= sizeof(Slot::path)) return -1;
+    if (!g_handlers_installed.exchange(true)) {
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+            struct sigaction old {};
+            ::sigaction(sig, nullptr, &old);
+            if (old.sa_handler == SIG_DFL) ::signal(sig, on_signal);  // leave a caller's handler alone
+        }
+    }
+    for (int i = 0; i < k_slots; ++i) {
+        if (g_slots[i].used.load()) continue;
+        std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
+        g_slots[i].used.store(true);
+        return i;
+    }
+    return -1;
+}
+
+void unregister_temp(int slot) {
+    if (slot >= 0) g_slots[slot].used.store(false);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string target) : m_target(std::move(target)) {
+    std::string dir = parent_dir(m_target);
+    std::random_device rd;
+    for (int attempt = 0; attempt < 16 && m_fd < 0; ++attempt) {
+        char suffix[32];
+        std::snprintf(suffix, sizeof suffix, ".%08x.tmp", static_cast<unsigned>(rd()));
+        m_temp = dir + "/." + base_name(m_target) + suffix;
+        m_fd = ::open(m_temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (m_fd < 0 && errno != EEXIST) io_fail(m_target, "cannot create a file in " + dir, errno);
+    }
+    if (m_fd < 0) io_fail(m_target, "cannot create a temporary file in " + dir, EEXIST);
+    m_slot = register_temp(m_temp);
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() {
+    if (m_fd >= 0) {
+        ::close(m_fd);
+        m_fd = -1;
+    }
+    if (!m_committed && !m_temp.empty()) {
+        ::unlink(m_temp.c_str());
+        m_temp.clear();
+    }
+    unregister_temp(m_slot);
+    m_slot = -1;
+}
+
+void AtomicFile::commit(bool replace) {
+    if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
+    if (::fsync(m_fd) != 0) io_fail(m_target, "cannot flush to disk", errno);
+    // Keep the mode an existing target had (an in-place repair should not change permissions).
+    struct stat st {};
+    if (replace && ::stat(m_target.c_str(), &st) == 0) ::fchmod(m_fd, st.st_mode & 07777);
+    if (::close(m_fd) != 0) {
+        m_fd = -1;
+        io_fail(m_target, "cannot close", errno);
+    }
+    m_fd = -1;
+    if (replace) {
+        if (::rename(m_temp.c_str(), m_target.c_str()) != 0) io_fail(m_target, "cannot rename into place", errno);
+    } else if (::renameat2(AT_FDCWD, m_temp.c_str(), AT_FDCWD, m_target.c_str(), RENAME_NOREPLACE) != 0) {
+        int err = errno;
+        if (err == EEXIST) throw Error(ErrorKind::io, m_target, "exists (use --force to overwrite)");
+        if (err != EINVAL && err != ENOSYS) io_fail(m_target, "cannot rename into place", err);
+        // A filesystem without RENAME_NOREPLACE: link() fails on an existing target just the same.
+        if (::link(m_temp.c_str(), m_target.c_str()) != 0) {
+            err = errno;
+            if (err == EEXIST) throw Error(ErrorKind::io, m_target, "exists (use --force to overwrite)");
+            io_fail(m_target, "cannot move into place", err);
+        }
+        ::unlink(m_temp.c_str());
+    }
+    m_committed = true;
+    unregister_temp(m_slot);
+    m_slot = -1;
+    int dfd = ::open(parent_dir(m_target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);  // the rename itself reaches the disk
+        ::close(dfd);
+    }
+}
+
+void write_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+        ssize_t n = ::pwrite(fd, p, size, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) io_fail(path, "write failed", n < 0 ? errno : EIO);
+        p += n;
+        size -= static_cast<size_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+}
+
+void copy_range(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
+                const std::string& path) {
+    bool kernel = true;
+    while (size > 0 && kernel) {
+        loff_t in = static_cast<loff_t>(in_offset), out = static_cast<loff_t>(out_offset);
+        size_t chunk = static_cast<size_t>(std::min<uint64_t>(size, 1ull << 30));
+        ssize_t n = ::copy_file_range(in_fd, &in, out_fd, &out, chunk, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP ||
+                      errno == EPERM)) {
+            kernel = false;  // not between these files: copy through a buffer instead
+            break;
+        }
+        if (n < 0) io_fail(path, "copy failed", errno);
+        if (n == 0) throw Error(ErrorKind::io, path, "input ended early while copying (truncated?)");
+        in_offset += static_cast<uint64_t>(n);
+        out_offset += static_cast<uint64_t>(n);
+        size -= static_cast<uint64_t>(n);
+    }
+    if (size == 0) return;
+    std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(size, 4u << 20)));
+    while (size > 0) {
+        size_t want = static_cast<size_t>(std::min<uint64_t>(size, buf.size()));
+        ssize_t n = ::pread(in_fd, buf.data(), want, static_cast<off_t>(in_offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) io_fail(path, "read failed while copying", errno);
+        if (n == 0) throw Error(ErrorKind::io, path, "input ended early while copying (truncated?)");
+        write_all(out_fd, buf.data(), static_cast<size_t>(n), out_offset, path);
+        in_offset += static_cast<uint64_t>(n);
+        out_offset += static_cast<uint64_t>(n);
+        size -= static_cast<uint64_t>(n);
+    }
+}
+
+}  // namespace ckpt

@@ -1,0 +1,373 @@
+#include "ckpt/strip_prefix.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/atomic_file.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/keys.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/report.hpp"
+#include "ckpt/zip.hpp"
+#include "ckpt/zip_writer.hpp"
+
+namespace ckpt {
+
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+[[noreturn]] void refuse(const std::string& path, const std::string& why) {
+    throw Error(ErrorKind::usage, path, why);
+}
+
+std::string without_dot(std::string p) {
+    if (!p.empty() && p.back() == '.') p.pop_back();
+    return p;
+}
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// The string keys of a dict value, in order.
+std::vector<std::string> string_keys(const Value* d) {
+    std::vector<std::string> keys;
+    if (!d) return keys;
+    for (size_t i = 0; i < d->dict_size(); ++i)
+        if (d->dict_key(i)->kind == ValueKind::string) keys.emplace_back(d->dict_key(i)->s);
+    return keys;
+}
+
+// OrderedDict._metadata of a state dict (set through BUILD), or nullptr.
+const Value* metadata_of(const Value* state_dict) {
+    if (!state_dict || !state_dict->state || state_dict->state->kind != ValueKind::dict) return nullptr;
+    const Value* m = state_dict->state->get("_metadata");
+    return m && m->kind == ValueKind::dict ? m : nullptr;
+}
+
+std::string binunicode(std::string_view s) {
+    std::string op = "X";
+    uint64_t n = s.size();
+    for (int i = 0; i < 4; ++i) op += static_cast<char>((n >> (8 * i)) & 0xff);
+    op += s;
+    return op;
+}
+
+}  // namespace
+
+std::string RenameRule::key(std::string_view k) const {
+    std::string out(k);
+    for (const auto& p : strip)
+        if (starts_with(out, p)) out.erase(0, p.size());
+    return add + out;
+}
+
+std::string RenameRule::metadata_key(std::string_view k) const {
+    std::string out(k);
+    for (const auto& p : strip) {
+        if (out.empty()) continue;
+        if (out == without_dot(p)) out.clear();
+        else if (starts_with(out, p)) out.erase(0, p.size());
+    }
+    if (!add.empty()) out = out.empty() ? without_dot(add) : add + out;
+    return out;
+}
+
+RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
+    auto fail = [&](const std::string& why) { refuse(c.path(), why); };
+    const StateDict& sd = c.state_dict();
+    std::string where = sd.path.empty() ? "" : " at '" + sd.path + "'";
+    switch (sd.kind) {
+        case StateDictKind::none:
+            refuse(c.path(), "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
+        case StateDictKind::module:
+            refuse(c.path(), "the model" + where + " is a pickled nn.Module: its parameter names are attribute "
+                 "names, not keys strip-prefix can rename (save model.state_dict() instead)");
+        case StateDictKind::tree:
+            refuse(c.path(), "a TorchScript module: its parameter names are attribute paths, not keys strip-prefix "
+                 "can rename");
+        case StateDictKind::dict: break;
+    }
+    RenamePlan plan;
+    std::vector<std::string> keys = string_keys(sd.value);
+    plan.keys = keys.size();
+    if (keys.empty()) fail("the state dict" + where + " has no keys");
+
+    if (options.prefixes.empty() && options.add_prefix.empty()) {
+        std::string wp = wrapper_prefix(keys);
+        if (wp.empty()) {
+            size_t with_module = 0, with_compile = 0;
+            for (const auto& k : keys) {
+                with_module += starts_with(k, "module.");
+                with_compile += starts_with(k, "_orig_mod.");
+            }
+            std::string why = "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\"";
+            std::string n = std::to_string(keys.size());
+            std::string lead = common_leading_component(keys);
+            if (with_module)
+                why += " (" + std::to_string(with_module) + " of " + n +
+                       " keys start with \"module.\"; --prefix module. strips it from those)";
+            else if (with_compile)
+                why += " (" + std::to_string(with_compile) + " of " + n +
+                       " keys start with \"_orig_mod.\"; --prefix _orig_mod. strips it from those)";
+            else if (!lead.empty())
+                why += " (all " + n + " keys start with " + in_quotes(lead) + "; --prefix " + lead + " strips it)";
+            fail(why);
+        }
+        for (size_t at = 0; at < wp.size();) {
+            std::string part = starts_with(std::string_view(wp).substr(at), "module.") ? "module." : "_orig_mod.";
+            plan.rule.strip.push_back(part);
+            at += part.size();
+        }
+        plan.default_rule = true;
+    } else {
+        plan.rule.strip = options.prefixes;
+        plan.rule.add = options.add_prefix;
+        std::vector<std::string> current = keys;
+        for (const auto& p : plan.rule.strip) {
+            if (p.empty()) fail("--prefix is empty");
+            size_t hits = 0;
+            for (auto& k : current)
+                if (starts_with(k, p)) {
+                    k.erase(0, p.size());
+                    ++hits;
+                }
+            if (hits == 0)
+                fail("--prefix " + in_quotes(p) + " matches no key of the state dict" + where +
+                     " (keys look like " + in_quotes(keys.front()) + ")");
+        }
+    }
+
+    std::unordered_map<std::string, std::string> taken;  // new name → old name
+    std::vector<std::string> clashes;
+    for (const auto& k : keys) {
+        std::string to = plan.rule.key(k);
+        if (to.empty()) fail("key " + in_quotes(k) + " would become empty");
+        if (to[0] == '.')
+            fail("key " + in_quotes(k) + " would become " + in_quotes(to) + " (a prefix should end with \".\")");
+        auto [it, fresh] = taken.emplace(to, k);
+        if (!fresh && clashes.size() < 3)
+            clashes.push_back(in_quotes(it->second) + " and " + in_quotes(k) + " would both become " + in_quotes(to));
+        else if (!fresh)
+            clashes.push_back("");
+        if (to != k) plan.renamed.push_back({k, to});
+    }
+    if (!clashes.empty()) {
+        std::string msg = std::to_string(clashes.size()) + " key collision" + (clashes.size() > 1 ? "s" : "") + ": ";
+        for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
+        fail(msg);
+    }
+    for (const auto& k : string_keys(metadata_of(sd.value))) {
+        std::string to = plan.rule.metadata_key(k);
+        if (to != k) plan.metadata.push_back({k, to});
+    }
+    return plan;
+}
+
+std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
+    const PickleTrace* trace = c.pickle_trace();
+    if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
+    ByteView pk = c.pickle_bytes();
+    const Value* sd = c.state_dict().value;
+    const Value* md = metadata_of(sd);
+    std::unordered_map<std::string, std::string> key_map, md_map;
+    for (const auto& r : plan.renamed) key_map.emplace(r.from, r.to);
+    for (const auto& r : plan.metadata) md_map.emplace(r.from, r.to);
+
+    struct Edit {
+        uint64_t pos, len;
+        std::string text;
+    };
+    std::vector<Edit> edits;
+    std::unordered_set<const Value*> rewritten;  // strings whose pushing opcode now says the new name
+    std::unordered_set<uint64_t> sites;
+    std::unordered_set<std::string> found;
+    for (const auto& ks : trace->key_sites) {
+        const auto* map = ks.dict == sd ? &key_map : (md && ks.dict == md) ? &md_map : nullptr;
+        if (!map) continue;
+        const Value* key = ks.dict->dict_key(ks.entry);
+        if (key->kind != ValueKind::string) continue;
+        auto it = map->find(std::string(key->s));
+        if (it == map->end()) continue;
+        uint8_t op = pk.data[ks.pos];
+        uint64_t len = traced_opcode_length(pk, ks.pos);
+        bool get = op == 'h' || op == 'j' || op == 'g';
+        bool push = std::string_view("XTUSV\x8c\x8d", 7).find(static_cast<char>(op)) != std::string_view::npos;
+        if (len == 0 || !(get || push)) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02x", op);
+            throw Error(ErrorKind::unsupported, c.path(),
+                        c.pickle_record() + ": key " + in_quotes(key->s) + " is pushed by opcode " + hex +
+                            ", which strip-prefix cannot rewrite", ks.pos);
+        }
+        edits.push_back({ks.pos, len, binunicode(it->second)});
+        sites.insert(ks.pos);
+        if (push) rewritten.insert(ks.key);
+        if (map == &key_map) found.insert(it->first);
+    }
+    for (const auto& g : trace->string_gets)
+        if (rewritten.count(g.value) && !sites.count(g.pos))
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), binunicode(g.value->s)});
+    for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), ""});
+    for (const auto& r : plan.renamed)
+        if (!found.count(r.from))
+            throw Error(ErrorKind::unsupported, c.path(),
+                        c.pickle_record() + ": cannot find where key " + in_quotes(r.from) + " is written");
+
+    std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.pos < b.pos; });
+    std::string out;
+    out.reserve(pk.size + edits.size() * 16);
+    uint64_t at = 0;
+    for (const Edit& e : edits) {
+        if (e.pos < at || e.len == 0)
+            throw Error(ErrorKind::corrupt, c.path(), c.pickle_record() + ": overlapping pickle edits", e.pos);
+        out.append(reinterpret_cast<const char*>(pk.data) + at, e.pos - at);
+        out += e.text;
+        at = e.pos + e.len;
+    }
+    out.append(reinterpret_cast<const char*>(pk.data) + at, pk.size - at);
+    return out;
+}
+
+namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa {}, sb {};
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+uint64_t write_renamed(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
+                       size_t& records) {
+    const ZipArchive& zip = c.zip();
+    ZipWriter w(fd, target);
+    ByteView pv{reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size()};
+    for (const ZipEntry& e : zip.entries()) {
+        if (e.name == c.pickle_record()) {
+            w.add(e.name, pv, crc32_of(pv));
+        } else if (e.method == 0) {
+            w.add_copy(e.name, c.file().fd(), zip.data_offset(e), e.size, e.crc32);
+        } else {
+            RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
+            w.add(e.name, d.view(), e.crc32);
+        }
+    }
+    records = w.records();
+    return w.finish();
+}
+
+// The written file, opened again: the same records, storages and tensors, and the new key names.
+void check_written(const Checkpoint& in, const RenamePlan& plan, const std::string& written,
+                   const OpenOptions& open, const std::string& target) {
+    auto fail = [&](const std::string& why) {
+        throw Error(ErrorKind::corrupt, target, "the written file does not read back as it should (" + why +
+                                                    "); nothing was written");
+    };
+    std::unique_ptr<Checkpoint> out;
+    try {
+        out = Checkpoint::open(written, open);
+    } catch (const Error& e) {
+        fail(e.message());
+    }
+    if (out->record_count() != in.record_count()) fail("record count differs");
+    if (out->storages().size() != in.storages().size() || out->tensors().size() != in.tensors().size())
+        fail("storages or tensors differ");
+    if (!out->problems().empty()) fail(out->problems().front().message);
+    std::vector<std::string> expected;
+    for (const auto& k : string_keys(in.state_dict().value)) expected.push_back(plan.rule.key(k));
+    if (string_keys(out->state_dict().value) != expected) fail("state-dict keys differ from the plan");
+}
+
+}  // namespace
+
+StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
+    StripPrefixReport r;
+    r.file = rq.input;
+    r.dry_run = rq.dry_run;
+    r.in_place = rq.in_place;
+    if (rq.in_place && !rq.output.empty() && !same_file(rq.output, rq.input))
+        throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
+    if (!rq.in_place && rq.output.empty() && !rq.dry_run)
+        throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
+    std::string target = rq.in_place ? rq.input : rq.output;
+    if (!rq.in_place && !rq.dry_run) {
+        struct stat st {};
+        if (::stat(target.c_str(), &st) == 0) {
+            if (same_file(target, rq.input))
+                throw Error(ErrorKind::usage, target, "is the input file (use --in-place to replace it)");
+            if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::usage, target, "is a directory");
+            if (!rq.force) throw Error(ErrorKind::usage, target, "exists (use --force to overwrite)");
+        }
+    }
+
+    OpenOptions open = rq.open;
+    open.trace_pickle = true;
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
+    if (!c->problems().empty())
+        throw Error(ErrorKind::corrupt, rq.input,
+                    "will not repair a damaged checkpoint: " + c->problems().front().message +
+                        (c->problems().size() > 1 ? " (and " + std::to_string(c->problems().size() - 1) + " more)" : ""));
+    r.plan = plan_rename(*c, rq.options);
+    if (rq.dry_run) return r;
+
+    std::string pickle = patch_pickle(*c, r.plan);
+    AtomicFile out(target);
+    r.bytes_written = write_renamed(*c, pickle, out.fd(), target, r.records);
+    OpenOptions reread = rq.open;
+    check_written(*c, r.plan, out.temp_path(), reread, target);
+    out.commit(rq.force || rq.in_place);
+    r.output = target;
+    return r;
+}
+
+nlohmann::json to_json(const StripPrefixReport& r) {
+    nlohmann::json j;
+    j["schema_version"] = k_schema_version;
+    j["tool"] = tool_json();
+    j["command"] = "strip-prefix";
+    j["file"] = r.file;
+    j["output"] = r.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.output);
+    j["dry_run"] = r.dry_run;
+    j["in_place"] = r.in_place;
+    j["rule"] = {{"strip", r.plan.rule.strip}, {"add", r.plan.rule.add}, {"default", r.plan.default_rule}};
+    j["keys"] = r.plan.keys;
+    j["renamed_count"] = r.plan.renamed.size();
+    auto list = [](const std::vector<KeyRename>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& x : v) a.push_back({{"from", x.from}, {"to", x.to}});
+        return a;
+    };
+    j["renamed"] = list(r.plan.renamed);
+    j["metadata_renamed"] = list(r.plan.metadata);
+    j["records"] = r.records;
+    j["bytes_written"] = r.bytes_written;
+    return j;
+}
+
+void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle& style) {
+    auto paint = [&](const char* code, const std::string& s) {
+        return style.color ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
+    };
+    std::string what;
+    for (const auto& p : r.plan.rule.strip) what += (what.empty() ? "strip " : ", ") + in_quotes(p);
+    if (!r.plan.rule.add.empty()) what += (what.empty() ? "add " : "; add ") + in_quotes(r.plan.rule.add);
+    std::string counts = std::to_string(r.plan.renamed.size()) + " of " + std::to_string(r.plan.keys) +
+                         " keys (" + what + ")";
+    if (!r.plan.metadata.empty()) counts += " and " + std::to_string(r.plan.metadata.size()) + " _metadata entries";
+    if (r.dry_run) {
+        out << paint("1", r.file) << ": dry run: would rename " << counts << "; nothing written\n";
+    } else {
+        out << paint("1", r.file) << " → " << paint("1", r.output) << ": renamed " << counts << "; "
+            << r.records << " records, " << human_bytes(r.bytes_written) << " written\n";
+    }
+    size_t limit = r.dry_run ? r.plan.renamed.size() : 20;
+    for (size_t i = 0; i < r.plan.renamed.size() && i < limit; ++i)
+        out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", r.plan.renamed[i].to) << "\n";
+    if (r.plan.renamed.size() > limit)
+        out << "  … " << r.plan.renamed.size() - limit << " more (--dry-run or --json lists all)\n";
+}
+
+}  // namespace ckpt
