@@ -3,6 +3,7 @@
 // never a crash, never a command run.
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <functional>
@@ -167,4 +168,34 @@ TEST_CASE("hostile inputs: refused with a clear message or read cleanly, never a
             CHECK_FALSE(exists(marker));  // no payload ever runs
         }
     }
+}
+
+TEST_CASE("hostile inputs: strip-prefix and diff-keys refuse them cleanly and write nothing") {
+    std::string dir = testing::scratch_dir("hostile_repair");
+    int n = 0;
+    for (const Row& row : k_rows) {
+        std::string marker = dir + "/marker" + std::to_string(n);
+        std::string path = dir + "/case" + std::to_string(n) + ".pth";
+        std::string out = dir + "/case" + std::to_string(n++) + ".out.pth";
+        testing::write_file(path, row.make(marker));
+        std::remove(out.c_str());
+        testing::RunResult r = testing::run_tool({"strip-prefix", path, "-o", out, "--prefix", "module."});
+        INFO(row.name << "\nstdout: " << r.out << "\nstderr: " << r.err);
+        CHECK(r.signal == 0);
+        // None of these files carries a module. key, so none can be repaired: exit 2, always.
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find(path) != std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK_FALSE(exists(out));
+        testing::RunResult d = testing::run_tool({"diff-keys", path, path});
+        INFO("diff-keys stdout: " << d.out << "\nstderr: " << d.err);
+        CHECK(d.signal == 0);
+        CHECK((d.exit_code == 0 || d.exit_code == 2));
+        CHECK_FALSE(exists(marker));
+    }
+    size_t temporaries = 0;  // AtomicFile names them ".NAME.XXXXXXXX.tmp"
+    DIR* d = opendir(dir.c_str());
+    while (dirent* e = readdir(d)) temporaries += std::string(e->d_name).find(".tmp") != std::string::npos;
+    closedir(d);
+    CHECK(temporaries == 0);
 }
