@@ -31,6 +31,23 @@ import zipfile
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_json_golden import check_schema  # noqa: E402  (one schema checker for every command)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCHEMAS = {}
+
+
+def schema_problems(report):
+    name = report.get("command")
+    if name not in SCHEMAS:
+        with open(os.path.join(ROOT, "docs", "schema", name + ".schema.json")) as f:
+            SCHEMAS[name] = json.load(f)
+    schema = SCHEMAS[name]
+    problems = []
+    check_schema(report, schema, schema.get("$defs", {}), name, problems)
+    return problems
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 
@@ -222,6 +239,7 @@ def repair_case(s, name, obj, prefixes, args, unwrapped, sd_path=None, weights_o
     if not s.check(r.returncode == 0, "%s: strip-prefix exit %d: %s" % (name, r.returncode, r.stderr.strip())):
         return None
     report = json.loads(r.stdout)
+    s.check(not schema_problems(report), "%s: strip-prefix JSON vs schema: %s" % (name, schema_problems(report)))
     s.check(sha(src) == before, "%s: the input changed" % name)
     s.check(report["output"] == dst and report["bytes_written"] == os.path.getsize(dst),
             "%s: report output/bytes_written %s/%s" % (name, report["output"], report["bytes_written"]))
@@ -375,6 +393,7 @@ def test_repairs(s):
     r = s.run("strip-prefix", s.path("ddp.pth"), "--dry-run", "--json")
     if s.check(r.returncode == 0, "dry-run exit %d" % r.returncode):
         rep = json.loads(r.stdout)
+        s.check(not schema_problems(rep), "dry-run JSON vs schema: %s" % schema_problems(rep))
         s.check(rep["dry_run"] and rep["output"] is None and rep["renamed"][0] == {"from": "module.conv.weight", "to": "conv.weight"}
                 and rep["renamed_count"] == len(torch.load(s.path("ddp.pth"))), "dry-run report: %s" % r.stdout[:300])
 
@@ -473,9 +492,11 @@ def test_failures(s):
 def diff(s, a, b, *extra):
     r = s.run("diff-keys", a, b, "--json", *extra)
     try:
-        return r.returncode, json.loads(r.stdout)
+        j = json.loads(r.stdout)
     except ValueError:
         return r.returncode, {"error": r.stderr}
+    s.check(not schema_problems(j), "diff-keys JSON vs schema: %s" % schema_problems(j))
+    return r.returncode, j
 
 
 def test_diff_keys(s):
