@@ -23,9 +23,14 @@ build:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# The main job on the shipped samples: what is inside, why it will not load into a plain model, the
+# repair. (diff-keys exits 1 when keys differ: that is the expected finding here.)
 demo: deps build
 	$(BUILD)/ckpt-tool inspect data/resnet_ddp.pth
 	$(BUILD)/ckpt-tool inspect data/training.pth
+	$(BUILD)/ckpt-tool strip-prefix data/resnet_ddp.pth -o $(BUILD)/resnet_plain.pth --force
+	$(BUILD)/ckpt-tool diff-keys data/resnet_ddp.pth $(BUILD)/resnet_plain.pth; [ $$? -eq 1 ]
+	$(BUILD)/ckpt-tool diff-keys $(BUILD)/resnet_plain.pth $(BUILD)/resnet_plain.pth
 
 bench: deps build
 	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool

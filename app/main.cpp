@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
                     best = c.name;
                 }
             }
-            if (!best.empty()) std::cerr << "Did you mean '" << best << "'?\n";
+            if (!best.empty() && best_d > 0) std::cerr << "Did you mean '" << best << "'?\n";  // not for a bad option of a real command
         }
         return 2;
     }

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 #include <ostream>
 #include <unordered_map>
@@ -249,7 +252,7 @@ uint64_t write_renamed(const Checkpoint& c, const std::string& pickle, int fd, c
         if (e.name == c.pickle_record()) {
             w.add(e.name, pv, crc32_of(pv));
         } else if (e.method == 0) {
-            w.add_copy(e.name, c.file().fd(), zip.data_offset(e), e.size, e.crc32);
+            w.add_copy(e.name, c.file().fd(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
         } else {
             RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
             w.add(e.name, d.view(), e.crc32);
@@ -292,7 +295,13 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
     if (!rq.in_place && rq.output.empty() && !rq.dry_run)
         throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
-    std::string target = rq.in_place ? rq.input : rq.output;
+    std::string target = rq.output;
+    if (rq.in_place) {
+        // Through a symlink, replace the file it names (as the user means), not the link.
+        char* real = ::realpath(rq.input.c_str(), nullptr);
+        target = real ? real : rq.input;
+        std::free(real);
+    }
     if (!rq.in_place && !rq.dry_run) {
         struct stat st {};
         if (::stat(target.c_str(), &st) == 0) {

@@ -32,9 +32,12 @@
 //    10  u16 entries total         12 u32 cd size    16 u32 cd offset   20 u16 comment length
 #include "ckpt/zip.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace ckpt {
 
@@ -193,28 +196,42 @@ const ZipEntry* ZipArchive::find(const std::string& name) const {
     return it == m_by_name.end() ? nullptr : &m_entries[it->second];
 }
 
-uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
-    ByteReader r(m_file, "zip local header of '" + e.name + "'");
-    r.seek(e.local_header_offset);
-    if (r.u32le() != k_local_sig) corrupt("bad local header signature for '" + e.name + "'",
-                                           e.local_header_offset);
+uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
+    ByteReader r(header, "zip local header of '" + e.name + "'", e.local_header_offset);
+    if (header.size < 30 + e.name.size() || r.u32le() != k_local_sig)
+        corrupt("bad local header signature for '" + e.name + "'", e.local_header_offset);
     r.u16le();
     r.u16le();
     uint16_t method = r.u16le();
-    r.seek(e.local_header_offset + 26);
+    r.seek(26);
     uint16_t name_len = r.u16le(), extra_len = r.u16le();
     if (method != e.method)
         corrupt("local header of '" + e.name + "' disagrees with the directory on the method",
                 e.local_header_offset);
-    if (r.bytes(name_len).as_chars() != e.name)
+    if (name_len != e.name.size() || r.bytes(name_len).as_chars() != e.name)
         corrupt("local header name differs from the directory's '" + e.name + "'",
                 e.local_header_offset);
-    r.bytes(extra_len);
-    uint64_t start = r.pos();
+    uint64_t start = e.local_header_offset + 30 + name_len + extra_len;
     auto end = checked_add(start, e.compressed_size);
     if (!end || *end > m_cd_offset)
         corrupt("data of '" + e.name + "' runs past the start of the central directory", start);
     return start;
+}
+
+uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
+    auto header = m_file.sub(e.local_header_offset, 30 + e.name.size());
+    if (!header) corrupt("local header of '" + e.name + "' is past the end of the file", e.local_header_offset);
+    return check_local_header(e, *header);
+}
+
+uint64_t ZipArchive::data_offset(const ZipEntry& e, int fd) const {
+    std::vector<uint8_t> buf(30 + e.name.size());
+    ssize_t n;
+    do {
+        n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(e.local_header_offset));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) throw Error(ErrorKind::io, "", std::string("cannot read a local header: ") + std::strerror(errno));
+    return check_local_header(e, {buf.data(), static_cast<uint64_t>(n)});
 }
 
 RecordData ZipArchive::record_data(const ZipEntry& e) const {

@@ -397,7 +397,13 @@ def test_repairs(s):
         s.check(rep["dry_run"] and rep["output"] is None and rep["renamed"][0] == {"from": "module.conv.weight", "to": "conv.weight"}
                 and rep["renamed_count"] == len(torch.load(s.path("ddp.pth"))), "dry-run report: %s" % r.stdout[:300])
 
-    # --in-place replaces the input atomically.
+    # --in-place replaces the input atomically; through a symlink, the file it names.
+    shutil.copy(s.path("ddp.pth"), s.path("inplace-target.pth"))
+    os.symlink(s.path("inplace-target.pth"), s.path("inplace-link.pth"))
+    r = s.run("strip-prefix", s.path("inplace-link.pth"), "--in-place")
+    s.check(r.returncode == 0 and os.path.islink(s.path("inplace-link.pth"))
+            and list(torch.load(s.path("inplace-target.pth")).keys())[0] == "conv.weight",
+            "in-place through a symlink: exit %d %s" % (r.returncode, r.stderr.strip()))
     shutil.copy(s.path("ddp.pth"), s.path("inplace.pth"))
     r = s.run("strip-prefix", s.path("inplace.pth"), "--in-place")
     if s.check(r.returncode == 0, "in-place: exit %d %s" % (r.returncode, r.stderr.strip())):
@@ -596,6 +602,16 @@ def test_diff_keys(s):
         json.dump(names, f)
     rc, j = diff(s, ref, s.path("ref.keys.json"))
     s.check(rc == 0, "keys-only manifest: exit %d" % rc)
+
+    # A TorchScript model as the reference (its parameters and buffers by attribute path).
+    scripted = torch.jit.script(net(39))
+    torch.jit.save(scripted, s.path("ref.ts.pt"))
+    rc, j = diff(s, s.path("d_ddp.pth"), s.path("ref.ts.pt"))
+    fix = j.get("prefix_fix") or {}
+    s.check(rc == 1 and sorted(j.get("missing", [])) == sorted(names) and fix.get("strip") == "module." and fix.get("complete"),
+            "TorchScript reference: exit %d %s" % (rc, fix))
+    rc, j = diff(s, ref, s.path("ref.ts.pt"))
+    s.check(rc == 0, "plain vs its TorchScript model: exit %d %s" % (rc, j.get("counts")))
 
     # Text output: the summary first, then the fix.
     r = s.run("diff-keys", s.path("d_ddp.pth"), ref)

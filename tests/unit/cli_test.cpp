@@ -30,4 +30,19 @@ TEST_CASE("cli: usage errors exit 2 and suggest the command meant") {
     auto missing = run_tool({"inspect", "/nonexistent/file.pth"});
     CHECK(missing.exit_code == 2);
     CHECK(missing.err.find("/nonexistent/file.pth: cannot open") != std::string::npos);
+    // A bad option of a real command names the option, and suggests no command.
+    auto bad = run_tool({"strip-prefix", "x.pth", "--bogus"});
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find("--bogus") != std::string::npos);
+    CHECK(bad.err.find("Did you mean") == std::string::npos);
+    CHECK(run_tool({"diff-keys", "only-one.pth"}).exit_code == 2);
+}
+
+TEST_CASE("cli: every command has help with examples") {
+    for (const char* cmd : {"inspect", "diff-keys", "strip-prefix"}) {
+        auto h = run_tool({cmd, "--help"});
+        INFO(cmd);
+        CHECK(h.exit_code == 0);
+        CHECK(h.out.find("Examples:\n  ckpt-tool " + std::string(cmd)) != std::string::npos);
+    }
 }

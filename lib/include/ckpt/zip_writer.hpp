@@ -42,10 +42,12 @@ private:
         uint64_t size, header_offset;
     };
     uint64_t begin_record(const std::string& name, uint64_t size, uint32_t crc32);
+    void start_writeback();
 
     int m_fd;
     std::string m_path;
     uint64_t m_pos = 0;
+    uint64_t m_writeback = 0;  // bytes before this were handed to the disk already
     std::vector<Written> m_entries;
 };
 
