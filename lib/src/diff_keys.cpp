@@ -308,9 +308,7 @@ nlohmann::json to_json(const KeyDiff& d) {
 }
 
 void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, const DiffTextOptions& options) {
-    auto paint = [&](const char* code, const std::string& s) {
-        return style.color ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
-    };
+    Paint paint{style.color};
     auto plural = [](size_t n, const char* one, const char* many) {
         return std::to_string(n) + " " + (n == 1 ? one : many);
     };

@@ -116,13 +116,6 @@ nlohmann::json to_json(const InspectReport& r) {
 
 namespace {
 
-struct Paint {
-    bool on;
-    std::string operator()(const char* code, const std::string& s) const {
-        return on ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
-    }
-};
-
 // Display width of UTF-8 text (every code point one column: the "×" in shapes).
 size_t width(const std::string& s) {
     size_t n = 0;

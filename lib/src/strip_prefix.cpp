@@ -357,9 +357,7 @@ nlohmann::json to_json(const StripPrefixReport& r) {
 }
 
 void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle& style) {
-    auto paint = [&](const char* code, const std::string& s) {
-        return style.color ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
-    };
+    Paint paint{style.color};
     std::string what;
     for (const auto& p : r.plan.rule.strip) what += (what.empty() ? "strip " : ", ") + in_quotes(p);
     if (!r.plan.rule.add.empty()) what += (what.empty() ? "add " : "; add ") + in_quotes(r.plan.rule.add);

@@ -22,6 +22,14 @@ std::string human_count(uint64_t n);
 // {64, 3, 7, 7} → "64×3×7×7"; {} → "()"
 std::string shape_text(const std::vector<int64_t>& shape);
 
+// ANSI colour for text reports, or nothing: paint("31", "text") is red when `on`.
+struct Paint {
+    bool on;
+    std::string operator()(const char* code, const std::string& s) const {
+        return on ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
+    }
+};
+
 // A word for the shell: as it is when it is plain, single-quoted otherwise.
 std::string shell_quote(const std::string& s);
 // The exact `ckpt-tool strip-prefix` command line that repairs `file`: strips `strip` (none: the
