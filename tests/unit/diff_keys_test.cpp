@@ -1,0 +1,62 @@
+#include <catch2/catch.hpp>
+
+#include "ckpt/diff_keys.hpp"
+
+using namespace ckpt;
+
+namespace {
+KeySet keys(const std::vector<std::string>& names, const std::string& kind = "manifest") {
+    KeySet ks;
+    ks.path = "x";
+    ks.kind = kind;
+    for (const auto& n : names) ks.keys.push_back({n, "float32", std::vector<int64_t>{2}});
+    return ks;
+}
+}  // namespace
+
+TEST_CASE("diff-keys: a prefix most keys carry is found, and what it leaves is counted") {
+    // SWA's AveragedModel: every parameter under module., plus its own n_averaged buffer.
+    KeyDiff d = diff_keys(keys({"module.a", "module.b", "n_averaged"}), keys({"a", "b"}), {});
+    CHECK_FALSE(d.match());
+    REQUIRE(d.prefix_fix);
+    CHECK(d.prefix_fix->strip == "module.");
+    CHECK(d.prefix_fix->add == "");
+    CHECK(d.prefix_fix->matched == 2);
+    CHECK(d.prefix_fix->unexpected == 1);
+    CHECK_FALSE(d.prefix_fix->complete());
+    CHECK(d.prefix_fix->command.empty());  // the file is a manifest: nothing to repair
+}
+
+TEST_CASE("diff-keys: never proposes a change that gives two keys one name") {
+    KeyDiff d = diff_keys(keys({"module.a", "a"}), keys({"a", "b"}), {});
+    CHECK_FALSE(d.prefix_fix);
+    CHECK(d.missing == std::vector<std::string>{"b"});
+    CHECK(d.unexpected == std::vector<std::string>{"module.a"});
+}
+
+TEST_CASE("diff-keys: swapping one prefix for another, and the command that does it") {
+    KeyDiff d = diff_keys(keys({"model.enc.w", "model.dec.w"}, "checkpoint"),
+                          keys({"module.enc.w", "module.dec.w"}), {});
+    REQUIRE(d.prefix_fix);
+    CHECK(d.prefix_fix->strip == "model.");
+    CHECK(d.prefix_fix->add == "module.");
+    CHECK(d.prefix_fix->complete());
+    CHECK(d.prefix_fix->command == "ckpt-tool strip-prefix x --prefix model. --add-prefix module. -o x_stripped");
+}
+
+TEST_CASE("diff-keys: shapes and dtypes, --ignore and --strict-dtype") {
+    KeySet a = keys({"w", "b", "n"});
+    KeySet b = keys({"w", "b", "n"});
+    a.keys[0].shape = std::vector<int64_t>{3};
+    a.keys[1].dtype = "float16";
+    b.keys[2].shape.reset();  // unknown on one side: never a mismatch
+    KeyDiff d = diff_keys(a, b, {});
+    CHECK_FALSE(d.match());
+    REQUIRE(d.shape_mismatch.size() == 1);
+    CHECK(d.shape_mismatch[0].key == "w");
+    REQUIRE(d.dtype_mismatch.size() == 1);
+    KeyDiff ignored = diff_keys(a, b, {{"w"}, false});
+    CHECK(ignored.match());  // a dtype difference alone is not a mismatch
+    CHECK(ignored.ignored == 1);
+    CHECK_FALSE(diff_keys(a, b, {{"w"}, true}).match());
+}
