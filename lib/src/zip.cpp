@@ -280,15 +280,4 @@ uint32_t ZipArchive::compute_crc32(const ZipEntry& e) const {
     return crc32_of(record_data(e).view());
 }
 
-uint32_t crc32_of(ByteView view, uint32_t crc) {
-    uLong c = crc;
-    uint64_t done = 0;
-    while (done < view.size) {
-        uInt n = static_cast<uInt>(std::min<uint64_t>(view.size - done, 1u << 30));
-        c = ::crc32(c, view.data + done, n);
-        done += n;
-    }
-    return static_cast<uint32_t>(c);
-}
-
 }  // namespace ckpt
