@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 PY := /usr/bin/python3
-DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch
+DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev
 
 .PHONY: all deps build test demo bench clean
 

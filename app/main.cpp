@@ -44,6 +44,13 @@ const Command k_commands[] = {
      "  ckpt-tool strip-prefix plain.pth --add-prefix module. -o wrapped.pth\n"
      "  ckpt-tool strip-prefix ddp.pth --dry-run",
      setup_strip_prefix},
+    {"verify", "Check integrity (CRC-32, bounds, NaN/Inf, unsafe globals, optimizer fit) and, against a "
+               "fingerprint or another checkpoint, numeric drift per tensor. Exit 1 on any finding.",
+     "  ckpt-tool verify ckpt.pth\n"
+     "  ckpt-tool verify ckpt.pth --write-fingerprint ckpt.fp.json\n"
+     "  ckpt-tool verify ckpt.pth ckpt.fp.json --rtol 1e-5\n"
+     "  ckpt-tool verify rank0.pth rank1.pth --exact",
+     setup_verify},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

@@ -10,6 +10,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "ckpt/torch_backend.hpp"
 
 namespace ckpt {
 
@@ -136,7 +137,15 @@ KeySet read_key_set(const std::string& path, const OpenOptions& open) {
         if (i < v.size && (v.data[i] == '[' || v.data[i] == '{'))
             return read_manifest(path, {v.data + i, v.size - i});
     }
-    return key_set_of(*Checkpoint::open(path, open));
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(path, open);
+    if (c->format() != Format::torchscript) return key_set_of(*c);
+    // A TorchScript model: its named parameters and buffers as torch::jit::load gives them.
+    KeySet ks;
+    ks.path = path;
+    ks.kind = "torchscript";
+    for (NamedTensor& t : torchscript_tensors(path, false))
+        ks.keys.push_back({t.name, t.dtype, t.shape});
+    return ks;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/keys.hpp"
+#include "ckpt/optimizer.hpp"
 #include "ckpt/report.hpp"
 
 namespace ckpt {
@@ -32,43 +33,33 @@ bool InspectReport::listed(const TensorRow& row) const {
 
 namespace {
 
-// {"state": {int: {...}}, "param_groups": [{"params": [...], "lr": …}, …]}
-void find_optimizers(const Value* v, const std::string& key, int depth,
-                     std::vector<OptimizerSummary>& out) {
-    if (depth > 3 || v->kind != ValueKind::dict) return;
-    const Value* state = v->get("state");
-    const Value* groups = v->get("param_groups");
-    if (state && groups && state->kind == ValueKind::dict && groups->kind == ValueKind::list) {
-        OptimizerSummary s;
-        s.key = key;
-        s.param_groups = groups->items.size();
-        s.states = state->dict_size();
-        for (const Value* g : groups->items) {
-            if (g->kind != ValueKind::dict) continue;
-            if (const Value* p = g->get("params")) s.params += p->items.size();
-        }
-        if (!groups->items.empty() && groups->items[0]->kind == ValueKind::dict) {
-            const Value* g = groups->items[0];
-            std::string h;
-            for (size_t i = 0; i < g->dict_size(); ++i) {
-                std::string k = key_part(g->dict_key(i));
-                if (k == "params" || k == "param_names") continue;
-                if (!h.empty()) h += ", ";
-                h += k + "=" + repr(g->dict_value(i), 40, 3);
-            }
-            s.hyperparameters = h;
-        }
-        if (s.states > 0 && state->dict_value(0)->kind == ValueKind::dict) {
-            const Value* first = state->dict_value(0);
-            for (size_t i = 0; i < first->dict_size(); ++i) s.state_fields.push_back(key_part(first->dict_key(i)));
-        }
-        out.push_back(std::move(s));
-        return;
+OptimizerSummary summarise(const OptimizerRef& o) {
+    OptimizerSummary s;
+    s.key = o.key;
+    const Value* state = o.state();
+    const Value* groups = o.param_groups();
+    s.param_groups = groups->items.size();
+    s.states = state->dict_size();
+    for (const Value* g : groups->items) {
+        if (g->kind != ValueKind::dict) continue;
+        if (const Value* p = g->get("params")) s.params += p->items.size();
     }
-    for (size_t i = 0; i < v->dict_size(); ++i) {
-        std::string k = key_part(v->dict_key(i));
-        find_optimizers(v->dict_value(i), key.empty() ? k : key + "." + k, depth + 1, out);
+    if (!groups->items.empty() && groups->items[0]->kind == ValueKind::dict) {
+        const Value* g = groups->items[0];
+        std::string h;
+        for (size_t i = 0; i < g->dict_size(); ++i) {
+            std::string k = key_part(g->dict_key(i));
+            if (k == "params" || k == "param_names") continue;
+            if (!h.empty()) h += ", ";
+            h += k + "=" + repr(g->dict_value(i), 40, 3);
+        }
+        s.hyperparameters = h;
     }
+    if (s.states > 0 && state->dict_value(0)->kind == ValueKind::dict) {
+        const Value* first = state->dict_value(0);
+        for (size_t i = 0; i < first->dict_size(); ++i) s.state_fields.push_back(key_part(first->dict_key(i)));
+    }
+    return s;
 }
 
 void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
@@ -138,7 +129,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     }
     for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();
 
-    find_optimizers(c.root(), "", 0, r.optimizers);
+    for (const OptimizerRef& o : find_optimizers(c.root())) r.optimizers.push_back(summarise(o));
     add_prefix_hints(c, r);
     if (c.state_dict().kind == StateDictKind::none && !r.tensors.empty())
         r.hints.push_back({"no_state_dict",

@@ -23,7 +23,7 @@ struct KeyInfo {
 
 struct KeySet {
     std::string path;
-    std::string kind;             // "checkpoint" | "manifest"
+    std::string kind;             // "checkpoint" | "torchscript" | "manifest"
     std::string state_dict_path;  // checkpoints: where the state dict sits ("" top level)
     std::vector<KeyInfo> keys;    // in order, unique names
 };
@@ -36,7 +36,8 @@ KeySet key_set_of(const Checkpoint& c);
 //   ["conv1.weight", …]
 //   {"keys": [ …either list… ]}
 //   the output of `ckpt-tool inspect --json` (its state-dict tensors, by state_dict_key)
-// Throws Error naming the path for anything else.
+// A TorchScript model is read through the LibTorch backend (torch::jit::load: named parameters and
+// buffers). Throws Error naming the path for anything else.
 KeySet read_key_set(const std::string& path, const OpenOptions& open = {});
 
 struct DiffOptions {

@@ -1,0 +1,77 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ckpt/atomic_file.hpp"
+#include "ckpt/report.hpp"
+#include "ckpt/verify.hpp"
+#include "command.hpp"
+
+namespace app {
+
+namespace {
+struct VerifyArgs {
+    std::string file, reference, write_fingerprint, state_dict_key;
+    ckpt::VerifyOptions options;
+    bool json = false;
+};
+
+// "verify  45%  460.0 MiB of 1.0 GiB" on one line of a terminal's stderr, for work over 256 MiB.
+std::function<void(uint64_t, uint64_t)> progress_bar(const GlobalOptions& global) {
+    if (global.quiet || !::isatty(STDERR_FILENO)) return nullptr;
+    return [](uint64_t done, uint64_t total) {
+        if (total < (256u << 20)) return;
+        std::fprintf(stderr, "\rverify %3d%%  %s of %s\033[K", static_cast<int>(100 * done / total),
+                     ckpt::human_bytes(done).c_str(), ckpt::human_bytes(total).c_str());
+        if (done == total) std::fprintf(stderr, "\r\033[K");
+        std::fflush(stderr);
+    };
+}
+}  // namespace
+
+Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
+    auto a = std::make_shared<VerifyArgs>();
+    sub.add_option("CKPT", a->file, "Checkpoint to verify")->required();
+    sub.add_option("REFERENCE", a->reference,
+                   "Compare with this: a fingerprint JSON (--write-fingerprint), another checkpoint, or a "
+                   "TorchScript model");
+    sub.add_option("--write-fingerprint", a->write_fingerprint,
+                   "Write CKPT's fingerprint to this JSON file (docs/schema/fingerprint.schema.json)");
+    sub.add_option("--rtol", a->options.rtol, "Relative tolerance of every statistic")->capture_default_str();
+    sub.add_option("--atol", a->options.atol, "Absolute tolerance of every statistic")->capture_default_str();
+    sub.add_flag("--exact", a->options.exact, "Compare content hashes: any changed bit is a finding");
+    sub.add_option("--keys", a->options.key_globs, "Only tensors whose key matches this glob (repeatable)");
+    sub.add_flag("--all", a->options.all, "Every tensor in the file by key (optimizer state too), not just the state dict");
+    sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
+    sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/verify.schema.json)");
+    return [a, &global]() {
+        ckpt::OpenOptions open;
+        if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
+        if (!a->reference.empty()) {
+            a->options.reference = a->reference;
+            a->options.reference_open = open;
+        }
+        a->options.progress = progress_bar(global);
+        auto c = ckpt::Checkpoint::open(a->file, open);
+        ckpt::Fingerprint fp;
+        ckpt::VerifyReport report = ckpt::verify(*c, a->options, &fp);
+        if (!a->write_fingerprint.empty()) {
+            ckpt::AtomicFile out(a->write_fingerprint);
+            std::string text = ckpt::to_json(fp).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+            ckpt::write_all(out.fd(), text.data(), text.size(), 0, a->write_fingerprint);
+            out.commit(true);
+        }
+        if (a->json) {
+            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        } else {
+            ckpt::render_text(report, std::cout, {global.color_enabled()});
+            if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << a->write_fingerprint << "\n";
+        }
+        std::cout.flush();
+        (void)c.release();  // see cmd_inspect
+        return report.ok() ? 0 : 1;
+    };
+}
+
+}  // namespace app

@@ -1,0 +1,85 @@
+// Fingerprints: per-tensor statistics and a content hash, read in place from the mapped storages.
+//
+// Every number is accumulated in float64 from the tensor's elements in row-major (logical) order,
+// views and transposes walked through their strides (no copy of a whole tensor is made):
+//   mean, std (unbiased, as torch.std), min, max, abs_mean (mean of |x|), l2 (sqrt of the sum of
+//   squares), nan and inf counts; NaN and Inf propagate as they do in torch (a tensor holding a NaN
+//   has a NaN mean, min and max). float16, bfloat16 and the float8 types are decoded exactly; integer
+//   and bool tensors are summarised as numbers (as t.double() would); complex tensors as
+//   torch.view_as_real(t), their real and imaginary parts one list of 2·numel numbers. Statistics a
+//   tensor cannot have are absent: everything for an empty tensor, std for a single number, and all
+//   of them for dtypes that are not numbers here (quantized, untyped).
+//   hash: XXH3-128 of the logical bytes in row-major order, so a view and its contiguous copy hash
+//   the same; "xxh3-128:" and 32 hex digits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/bytes.hpp"
+#include "ckpt/checkpoint.hpp"
+
+namespace ckpt {
+
+struct TensorStats {
+    uint64_t count = 0;  // numbers summarised (numel; 2·numel for complex)
+    std::optional<double> mean, std, min, max, abs_mean, l2;
+    uint64_t nan = 0, inf = 0;
+    std::string hash;
+};
+
+// The statistics of one tensor over the bytes of its storage. Throws Error(corrupt) when the
+// tensor's extent does not fit `storage` (Checkpoint::problems() says so before anyone gets here).
+TensorStats tensor_stats(const TensorInfo& t, ByteView storage);
+// The same for `count` elements laid out contiguously (the backend's values, a test's buffer).
+TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count);
+
+struct TensorPrint {
+    std::string key;   // state-dict name (scope "state_dict") or full dotted key (scope "all")
+    std::string dtype;
+    std::vector<int64_t> shape;
+    TensorStats stats;
+    bool readable = true;  // false when its storage record is missing or too short
+};
+
+struct RecordCrc {
+    std::string record;
+    uint32_t expected = 0, actual = 0;
+    bool ok() const { return expected == actual; }
+};
+
+struct ScanOptions {
+    bool all = false;                     // every tensor by key, not just the state dict by name
+    std::vector<std::string> key_globs;   // only these keys (empty: all of the scope)
+    bool check_crc = false;               // CRC-32 of every record, in the same pass
+    unsigned threads = 0;                 // 0: one per core
+    // Called now and then from the workers (under a lock) with bytes done and bytes in all.
+    std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct Fingerprint {
+    std::string file;
+    uint64_t file_size = 0;
+    std::string scope;                 // "state_dict" | "all"
+    std::vector<TensorPrint> tensors;  // in file order
+    std::vector<RecordCrc> records;    // with check_crc: every record, in directory order
+};
+
+// Reads every selected tensor (and with check_crc every record) once, spread over the cores: work is
+// handed out one storage record at a time, largest first.
+Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& options);
+
+// The documented JSON (docs/schema/fingerprint.schema.json); non-finite statistics are the strings
+// "nan", "inf", "-inf".
+nlohmann::json to_json(const Fingerprint& f);
+nlohmann::json stats_json(const TensorStats& s);
+// Reads a fingerprint back: a --write-fingerprint file, or the JSON of verify (its tensors carry the
+// same fields). Throws Error(format) naming `path` when it is neither.
+Fingerprint fingerprint_from_json(const std::string& path, const nlohmann::json& j);
+
+}  // namespace ckpt

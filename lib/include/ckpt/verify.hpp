@@ -1,0 +1,80 @@
+// `verify`: is this checkpoint intact, and are its numbers what they should be?
+//
+// Integrity (always): the CRC-32 of every record, every storage record present and long enough for
+// every tensor viewing it, records under data/ that no storage names, NaN and Inf per tensor, globals
+// off the allow-list, and an optimizer state that does not fit the model's parameters.
+// Drift (with a reference: a fingerprint JSON, another checkpoint, or a TorchScript model read
+// through the LibTorch backend): per tensor, every statistic
+// within atol + rtol·|reference|, or with `exact` the content hashes equal; missing, extra and
+// re-shaped tensors are findings too.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/fingerprint.hpp"
+#include "ckpt/inspect.hpp"
+
+namespace ckpt {
+
+struct VerifyOptions {
+    std::optional<std::string> reference;  // a fingerprint JSON or a checkpoint
+    OpenOptions reference_open;
+    // Defaults: an exact copy passes (equal bytes give equal numbers), one element of a 1,000-element
+    // layer moved by 1e-3 fails (its mean moves by 1e-6, far past 1e-9 + 1e-6·|mean|).
+    double rtol = 1e-6;
+    double atol = 1e-9;
+    bool exact = false;
+    bool all = false;
+    std::vector<std::string> key_globs;
+    unsigned threads = 0;
+    std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct Finding {
+    std::string kind;  // crc_mismatch, missing_record, record_size, out_of_bounds, storage_conflict,
+                       // unreferenced_record, nan, inf, unsafe_global, optimizer_mismatch,
+                       // missing, extra, changed, drift
+    std::string key;   // the tensor, record or global it concerns
+    std::string message;
+    double relative_change = 0;  // drift: the largest |a - r| / |r| over the statistics
+};
+
+struct TensorVerdict {
+    TensorPrint print;
+    std::optional<TensorPrint> reference;
+    std::string status;       // "" without a reference; "ok", "drift", "changed", "extra", "missing"
+    std::string worst_stat;   // drift: the statistic that moved most
+    double relative_change = 0;
+};
+
+struct VerifyReport {
+    std::string file;
+    std::optional<std::string> reference;
+    VerifyOptions options;
+    std::vector<Finding> findings;       // integrity first, then drift worst first
+    std::vector<TensorVerdict> tensors;  // file order; missing ones (reference only) at the end
+    size_t records_checked = 0;
+    uint64_t bytes_read = 0;
+    bool ok() const { return findings.empty(); }
+};
+
+// Throws Error for what cannot be read (either file); everything else is a finding.
+VerifyReport verify(const Checkpoint& c, const VerifyOptions& options, Fingerprint* fingerprint_out = nullptr);
+
+// The optimizer check on its own (verify runs it): for every optimizer state_dict in the file, its
+// parameters in param_groups order are matched with the state dict's parameters in order (every
+// floating-point tensor except BatchNorm's running_mean / running_var), and each state tensor that
+// is not a scalar (exp_avg, exp_avg_sq, momentum_buffer …) must have its parameter's shape.
+std::vector<Finding> check_optimizers(const Checkpoint& c);
+
+nlohmann::json to_json(const VerifyReport& r);
+void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style);
+
+}  // namespace ckpt

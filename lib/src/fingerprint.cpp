@@ -1,0 +1,526 @@
+#include "ckpt/fingerprint.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "ckpt/error.hpp"
+#include "ckpt/keys.hpp"
+#include "ckpt/report.hpp"
+#include "ckpt/zip.hpp"
+
+namespace ckpt {
+
+namespace {
+
+constexpr double k_inf = std::numeric_limits<double>::infinity();
+constexpr size_t k_chunk = 8192;  // elements decoded at a time (a 64 KiB double buffer)
+
+// ---- decoding elements to float64 ----
+
+double half_bits_to_double(uint16_t h) {
+    uint32_t sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v = exp == 0    ? std::ldexp(static_cast<double>(man), -24)
+               : exp == 31 ? (man ? std::numeric_limits<double>::quiet_NaN() : k_inf)
+                           : std::ldexp(static_cast<double>(man + 1024), static_cast<int>(exp) - 25);
+    return sign ? -v : v;
+}
+
+const std::array<double, 65536>& half_table() {
+    static const auto* table = [] {
+        auto* t = new std::array<double, 65536>;
+        for (uint32_t i = 0; i < 65536; ++i) (*t)[i] = half_bits_to_double(static_cast<uint16_t>(i));
+        return t;
+    }();
+    return *table;
+}
+
+// float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN.
+double e4m3_to_double(uint8_t b) {
+    uint32_t sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
+    double v = exp == 0 ? std::ldexp(static_cast<double>(man), -9)
+                        : (exp == 15 && man == 7) ? std::numeric_limits<double>::quiet_NaN()
+                                                  : std::ldexp(static_cast<double>(man + 8), static_cast<int>(exp) - 10);
+    return sign ? -v : v;
+}
+
+template <class T>
+T load(const uint8_t* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Writes `n` elements' numbers (2 per complex element) to `out`; returns how many.
+using Decoder = size_t (*)(const uint8_t* p, size_t n, double* out);
+
+template <class T>
+size_t decode_as(const uint8_t* p, size_t n, double* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(load<T>(p + i * sizeof(T)));
+    return n;
+}
+size_t decode_bool(const uint8_t* p, size_t n, double* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = p[i] != 0;
+    return n;
+}
+size_t decode_half(const uint8_t* p, size_t n, double* out) {
+    const auto& t = half_table();
+    for (size_t i = 0; i < n; ++i) out[i] = t[load<uint16_t>(p + 2 * i)];
+    return n;
+}
+size_t decode_bf16(const uint8_t* p, size_t n, double* out) {
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(load<uint16_t>(p + 2 * i)) << 16;
+        out[i] = static_cast<double>(load<float>(reinterpret_cast<const uint8_t*>(&bits)));
+    }
+    return n;
+}
+size_t decode_e5m2(const uint8_t* p, size_t n, double* out) {
+    const auto& t = half_table();  // e5m2 is the top byte of a float16
+    for (size_t i = 0; i < n; ++i) out[i] = t[static_cast<uint16_t>(p[i] << 8)];
+    return n;
+}
+size_t decode_e4m3(const uint8_t* p, size_t n, double* out) {
+    static const auto table = [] {
+        std::array<double, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i) t[i] = e4m3_to_double(static_cast<uint8_t>(i));
+        return t;
+    }();
+    for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
+    return n;
+}
+// Complex elements are (re, im) pairs: 2n parts in a row, as torch.view_as_real lays them out.
+template <Decoder Part>
+size_t decode_complex(const uint8_t* p, size_t n, double* out) {
+    return Part(p, 2 * n, out);
+}
+
+Decoder decoder_for(DType d) {
+    switch (d) {
+        case DType::float32: return decode_as<float>;
+        case DType::float64: return decode_as<double>;
+        case DType::float16: return decode_half;
+        case DType::bfloat16: return decode_bf16;
+        case DType::float8_e5m2: return decode_e5m2;
+        case DType::float8_e4m3fn: return decode_e4m3;
+        case DType::complex32: return decode_complex<decode_half>;
+        case DType::complex64: return decode_complex<decode_as<float>>;
+        case DType::complex128: return decode_complex<decode_as<double>>;
+        case DType::uint8: return decode_as<uint8_t>;
+        case DType::int8: return decode_as<int8_t>;
+        case DType::int16: return decode_as<int16_t>;
+        case DType::int32: return decode_as<int32_t>;
+        case DType::int64: return decode_as<int64_t>;
+        case DType::uint16: return decode_as<uint16_t>;
+        case DType::uint32: return decode_as<uint32_t>;
+        case DType::uint64: return decode_as<uint64_t>;
+        case DType::boolean: return decode_bool;
+        default: return nullptr;  // quantized, untyped: hashed, not summarised
+    }
+}
+
+// ---- accumulating ----
+
+// Sums in four lanes (so the additions do not wait on each other), each of x - k for a shift k near
+// the mean: the variance then comes from one pass without the cancellation of sum(x²) - n·mean².
+struct Accumulator {
+    bool shifted = false;
+    double k = 0;
+    uint64_t n = 0, nan = 0, inf = 0;
+    double s1[4] = {}, s2[4] = {}, sa[4] = {}, sq[4] = {};
+    double mn = k_inf, mx = -k_inf;
+
+    void add(const double* x, size_t m) {
+        if (!shifted) {
+            double sum = 0;
+            size_t finite = 0;
+            for (size_t i = 0; i < m; ++i)
+                if (std::isfinite(x[i])) {
+                    sum += x[i];
+                    ++finite;
+                }
+            k = finite ? sum / static_cast<double>(finite) : 0;
+            shifted = true;
+        }
+        size_t i = 0;
+        for (; i + 4 <= m; i += 4)
+            for (int l = 0; l < 4; ++l) {
+                double v = x[i + l], d = v - k;
+                s1[l] += d;
+                s2[l] += d * d;
+                sa[l] += std::fabs(v);
+                sq[l] += v * v;
+            }
+        for (; i < m; ++i) {
+            double v = x[i], d = v - k;
+            s1[0] += d;
+            s2[0] += d * d;
+            sa[0] += std::fabs(v);
+            sq[0] += v * v;
+        }
+        for (size_t j = 0; j < m; ++j) {
+            double v = x[j];
+            nan += v != v;
+            inf += std::fabs(v) == k_inf;
+            mn = v < mn ? v : mn;  // NaN compares false: skipped here, propagated at the end
+            mx = v > mx ? v : mx;
+        }
+        n += m;
+    }
+
+    void finish(TensorStats& s) const {
+        s.count = n;
+        s.nan = nan;
+        s.inf = inf;
+        if (n == 0) return;
+        auto total = [](const double (&a)[4]) { return (a[0] + a[1]) + (a[2] + a[3]); };
+        double dn = static_cast<double>(n), t1 = total(s1), t2 = total(s2);
+        s.mean = k + t1 / dn;
+        s.abs_mean = total(sa) / dn;
+        s.l2 = std::sqrt(total(sq));
+        if (n > 1) {
+            double var = (t2 - t1 * t1 / dn) / (dn - 1);
+            s.std = std::sqrt(var < 0 ? 0 : var);
+            if (std::isnan(var)) s.std = var;
+        }
+        double q = std::numeric_limits<double>::quiet_NaN();
+        s.min = nan ? q : mn;
+        s.max = nan ? q : mx;
+    }
+};
+
+struct Hasher {
+    XXH3_state_t* state = XXH3_createState();
+    Hasher() {
+        if (!state) throw std::bad_alloc();
+        XXH3_128bits_reset(state);
+    }
+    ~Hasher() { XXH3_freeState(state); }
+    Hasher(const Hasher&) = delete;
+    Hasher& operator=(const Hasher&) = delete;
+    void update(const uint8_t* p, size_t n) { XXH3_128bits_update(state, p, n); }
+    std::string hex() const {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state));
+        static const char* digits = "0123456789abcdef";
+        std::string out = "xxh3-128:";
+        for (unsigned char b : c.digest) {
+            out += digits[b >> 4];
+            out += digits[b & 15];
+        }
+        return out;
+    }
+};
+
+// Calls f(first element, count, step) for runs that cover the tensor in row-major order: size-1
+// dimensions dropped and dimensions that are contiguous with each other merged first, so a
+// contiguous tensor is one run and a transposed matrix one run per row.
+template <class F>
+void for_each_run(const TensorInfo& t, F&& f) {
+    if (t.numel == 0) return;
+    std::vector<int64_t> shape, stride;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+        if (t.shape[d] == 1) continue;
+        if (!shape.empty() && stride.back() == t.stride[d] * t.shape[d]) {
+            shape.back() *= t.shape[d];
+            stride.back() = t.stride[d];
+        } else {
+            shape.push_back(t.shape[d]);
+            stride.push_back(t.stride[d]);
+        }
+    }
+    if (shape.empty()) return f(t.storage_offset, int64_t{1}, int64_t{1});
+    size_t outer = shape.size() - 1;
+    std::vector<int64_t> idx(outer, 0);
+    while (true) {
+        int64_t at = t.storage_offset;
+        for (size_t d = 0; d < outer; ++d) at += idx[d] * stride[d];
+        f(at, shape.back(), stride.back());
+        size_t d = outer;
+        while (d > 0 && ++idx[d - 1] == shape[d - 1]) idx[--d] = 0;
+        if (d == 0) return;
+    }
+}
+
+TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count) {
+    Decoder decode = decoder_for(dtype);
+    size_t esz = static_cast<size_t>(dtype_size(dtype));
+    Accumulator acc;
+    Hasher hash;
+    std::vector<double> numbers(2 * k_chunk);
+    std::vector<uint8_t> gathered;
+    auto consume = [&](const uint8_t* p, size_t n) {
+        hash.update(p, n * esz);
+        if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
+    };
+    auto run = [&](int64_t first, int64_t n, int64_t step) {
+        for (int64_t done = 0; done < n;) {
+            size_t m = static_cast<size_t>(std::min<int64_t>(n - done, static_cast<int64_t>(k_chunk)));
+            const uint8_t* p = base + static_cast<uint64_t>(first + done * step) * esz;
+            if (step == 1) {
+                consume(p, m);
+            } else {
+                gathered.resize(m * esz);
+                for (size_t i = 0; i < m; ++i) std::memcpy(&gathered[i * esz], p + i * static_cast<uint64_t>(step) * esz, esz);
+                consume(gathered.data(), m);
+            }
+            done += static_cast<int64_t>(m);
+        }
+    };
+    if (view) for_each_run(*view, run);
+    else run(0, static_cast<int64_t>(count), 1);
+    TensorStats s;
+    if (decode) acc.finish(s);
+    s.hash = hash.hex();
+    return s;
+}
+
+}  // namespace
+
+TensorStats tensor_stats(const TensorInfo& t, ByteView storage) {
+    uint64_t esz = dtype_size(t.dtype);
+    uint64_t capacity = storage.size / esz;
+    if (t.numel > 0 && static_cast<uint64_t>(t.storage_offset) + t.extent > capacity)
+        throw Error(ErrorKind::corrupt, "", "tensor runs past the end of its storage");
+    return stats_over(t.dtype, storage.data, &t, t.numel);
+}
+
+TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
+    if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");
+    return stats_over(dtype, bytes.data, nullptr, count);
+}
+
+// ---- the scan ----
+
+namespace {
+
+struct Selected {
+    std::string key;
+    size_t tensor;
+};
+
+struct WorkItem {
+    const ZipEntry* record = nullptr;
+    std::vector<size_t> tensors;  // unique tensor indices viewing this record's storage
+    uint64_t bytes = 0;           // what it reads
+};
+
+}  // namespace
+
+Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
+    Fingerprint f;
+    f.file = c.path();
+    f.file_size = c.file_size();
+    f.scope = o.all ? "all" : "state_dict";
+
+    std::vector<Selected> selected;
+    if (o.all) {
+        for (const Entry& e : c.entries())
+            if (e.tensor) selected.push_back({e.key, *e.tensor});
+    } else {
+        for (const auto& e : c.state_dict().entries)
+            if (auto t = c.entries()[e.entry].tensor) selected.push_back({e.name, *t});
+    }
+    if (!o.key_globs.empty())
+        selected.erase(std::remove_if(selected.begin(), selected.end(),
+                                      [&](const Selected& s) { return !any_glob_matches(o.key_globs, s.key); }),
+                       selected.end());
+
+    // Which tensors can be read: record present, long enough, view inside it.
+    const auto& storages = c.storages();
+    const auto& tensors = c.tensors();
+    auto readable = [&](size_t ti) {
+        const TensorInfo& t = tensors[ti];
+        const StorageInfo& s = storages[t.storage];
+        if (!s.record_present) return false;
+        uint64_t cap = s.record_size / dtype_size(t.dtype);
+        return t.numel == 0 || static_cast<uint64_t>(t.storage_offset) + t.extent <= cap;
+    };
+
+    std::unordered_map<std::string, size_t> storage_of_record;
+    for (size_t i = 0; i < storages.size(); ++i) storage_of_record.emplace(storages[i].record, i);
+    std::unordered_map<size_t, size_t> item_of_storage;
+    std::vector<WorkItem> items;
+    for (const ZipEntry& e : c.zip().entries()) {
+        auto it = storage_of_record.find(e.name);
+        if (it != storage_of_record.end()) item_of_storage[it->second] = items.size();
+        if (o.check_crc || it != storage_of_record.end()) {
+            items.push_back({&e, {}, o.check_crc ? e.size : 0});
+        }
+    }
+    std::unordered_map<size_t, size_t> slot_of_tensor;
+    std::vector<TensorStats> slots;
+    for (const Selected& s : selected) {
+        if (slot_of_tensor.count(s.tensor) || !readable(s.tensor)) continue;
+        slot_of_tensor.emplace(s.tensor, slots.size());
+        slots.emplace_back();
+        WorkItem& w = items[item_of_storage.at(tensors[s.tensor].storage)];
+        w.tensors.push_back(s.tensor);
+        w.bytes += tensors[s.tensor].nbytes();
+    }
+    if (!o.check_crc)  // storage records none of the selected tensors views
+        items.erase(std::remove_if(items.begin(), items.end(), [](const WorkItem& w) { return w.tensors.empty(); }),
+                    items.end());
+    std::vector<size_t> order(items.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].bytes > items[b].bytes; });
+
+    std::vector<RecordCrc> crcs(items.size());
+    uint64_t total = 0;
+    for (const auto& w : items) total += w.bytes;
+    std::atomic<size_t> next{0};
+    std::mutex progress_lock;
+    uint64_t done_bytes = 0, reported = 0;
+    std::exception_ptr failure;
+    auto worker = [&]() {
+        try {
+            for (size_t n; (n = next.fetch_add(1)) < order.size();) {
+                if (failure) return;
+                const WorkItem& w = items[order[n]];
+                RecordData data = c.zip().record_data(*w.record);
+                ByteView v = data.view();
+                if (o.check_crc) crcs[order[n]] = {w.record->name, w.record->crc32, crc32_of(v)};
+                for (size_t ti : w.tensors) slots[slot_of_tensor.at(ti)] = tensor_stats(tensors[ti], v);
+                if (o.progress) {
+                    std::lock_guard<std::mutex> lock(progress_lock);
+                    done_bytes += w.bytes;
+                    if (done_bytes - reported >= (64u << 20) || done_bytes == total) {
+                        reported = done_bytes;
+                        o.progress(done_bytes, total);
+                    }
+                }
+            }
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(progress_lock);
+            if (!failure) failure = std::current_exception();
+        }
+    };
+    unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+    threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, items.size())));
+    std::vector<std::thread> pool;
+    for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
+
+    for (const Selected& s : selected) {
+        TensorPrint p;
+        p.key = s.key;
+        const TensorInfo& t = tensors[s.tensor];
+        p.dtype = std::string(dtype_name(t.dtype));
+        p.shape = t.shape;
+        auto slot = slot_of_tensor.find(s.tensor);
+        p.readable = slot != slot_of_tensor.end();
+        if (p.readable) p.stats = slots[slot->second];
+        f.tensors.push_back(std::move(p));
+    }
+    if (o.check_crc) f.records = std::move(crcs);  // items are every record, in directory order
+    return f;
+}
+
+// ---- JSON ----
+
+namespace {
+
+nlohmann::json number_json(const std::optional<double>& v) {
+    if (!v) return nullptr;
+    if (std::isnan(*v)) return "nan";
+    if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
+    return *v;
+}
+
+std::optional<double> number_from(const nlohmann::json& j, const std::string& where, const std::string& path) {
+    if (j.is_null()) return std::nullopt;
+    if (j.is_number()) return j.get<double>();
+    if (j.is_string()) {
+        std::string s = j.get<std::string>();
+        if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+        if (s == "inf") return k_inf;
+        if (s == "-inf") return -k_inf;
+    }
+    throw Error(ErrorKind::format, path, "not a fingerprint: " + where + " is not a number");
+}
+
+const char* k_stat_names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};
+
+}  // namespace
+
+nlohmann::json stats_json(const TensorStats& s) {
+    nlohmann::json j;
+    j["count"] = s.count;
+    const std::optional<double>* v[] = {&s.mean, &s.std, &s.min, &s.max, &s.abs_mean, &s.l2};
+    for (size_t i = 0; i < 6; ++i) j[k_stat_names[i]] = number_json(*v[i]);
+    j["nan"] = s.nan;
+    j["inf"] = s.inf;
+    j["hash"] = s.hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.hash);
+    return j;
+}
+
+nlohmann::json to_json(const Fingerprint& f) {
+    nlohmann::json j;
+    j["schema_version"] = k_schema_version;
+    j["tool"] = tool_json();
+    j["command"] = "fingerprint";
+    j["file"] = f.file;
+    j["file_size"] = f.file_size;
+    j["scope"] = f.scope;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& t : f.tensors) {
+        nlohmann::json r = {{"key", t.key}, {"dtype", t.dtype}, {"shape", t.shape}};
+        r.update(stats_json(t.stats));
+        if (!t.readable) r["hash"] = nullptr;
+        rows.push_back(std::move(r));
+    }
+    j["tensors"] = std::move(rows);
+    return j;
+}
+
+Fingerprint fingerprint_from_json(const std::string& path, const nlohmann::json& j) {
+    auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a fingerprint: " + why); };
+    if (!j.is_object() || !j.contains("tensors") || !j["tensors"].is_array()) bad("no \"tensors\" list");
+    Fingerprint f;
+    f.file = j.value("file", path);
+    f.file_size = j.contains("file_size") && j["file_size"].is_number_unsigned() ? j["file_size"].get<uint64_t>() : 0;
+    f.scope = j.contains("scope") && j["scope"].is_string() ? j["scope"].get<std::string>() : "state_dict";
+    size_t n = 0;
+    for (const auto& r : j["tensors"]) {
+        std::string where = "tensor " + std::to_string(++n);
+        if (!r.is_object() || !r.contains("key") || !r["key"].is_string()) bad(where + " has no \"key\"");
+        TensorPrint t;
+        t.key = r["key"].get<std::string>();
+        if (!r.contains("dtype") || !r["dtype"].is_string()) bad(where + " has no \"dtype\"");
+        t.dtype = r["dtype"].get<std::string>();
+        if (!r.contains("shape") || !r["shape"].is_array()) bad(where + " has no \"shape\"");
+        for (const auto& d : r["shape"]) {
+            if (!d.is_number_integer()) bad(where + ": \"shape\" is not a list of integers");
+            t.shape.push_back(d.get<int64_t>());
+        }
+        std::optional<double>* v[] = {&t.stats.mean, &t.stats.std, &t.stats.min, &t.stats.max, &t.stats.abs_mean, &t.stats.l2};
+        for (size_t i = 0; i < 6; ++i)
+            if (r.contains(k_stat_names[i])) *v[i] = number_from(r[k_stat_names[i]], where + "." + k_stat_names[i], path);
+        auto count = [&](const char* name) -> uint64_t {
+            if (!r.contains(name) || r[name].is_null()) return 0;
+            if (!r[name].is_number_unsigned()) bad(where + "." + name + " is not a count");
+            return r[name].get<uint64_t>();
+        };
+        t.stats.count = count("count");
+        t.stats.nan = count("nan");
+        t.stats.inf = count("inf");
+        if (r.contains("hash") && r["hash"].is_string()) t.stats.hash = r["hash"].get<std::string>();
+        t.readable = !t.stats.hash.empty();
+        f.tensors.push_back(std::move(t));
+    }
+    return f;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,375 @@
+#include "ckpt/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/error.hpp"
+#include "ckpt/keys.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/optimizer.hpp"
+#include "ckpt/report.hpp"
+#include "ckpt/torch_backend.hpp"
+#include "ckpt/zip.hpp"
+
+namespace ckpt {
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view p) {
+    return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+std::string hex32(uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "0x%08x", v);
+    return b;
+}
+
+std::string number_text(const std::optional<double>& v) {
+    if (!v) return "none";
+    return repr_float(*v);
+}
+
+void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Finding>& out) {
+    for (const auto& r : fp.records)
+        if (!r.ok())
+            out.push_back({"crc_mismatch", r.record,
+                           "record " + r.record + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
+                               hex32(r.expected) + " (the bytes changed after they were written)"});
+    for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
+    std::unordered_set<std::string> storage_records;
+    for (const auto& s : c.storages()) storage_records.insert(s.record);
+    std::string data_dir = c.zip_root() + "/data/";
+    for (const ZipEntry& e : c.zip().entries())
+        if (e.name.compare(0, data_dir.size(), data_dir) == 0 && !storage_records.count(e.name))
+            out.push_back({"unreferenced_record", e.name,
+                           "record " + e.name + " is not the storage of any tensor (left by another writer?)"});
+    for (const auto& t : fp.tensors) {
+        if (t.stats.nan)
+            out.push_back({"nan", t.key, t.key + " holds " + std::to_string(t.stats.nan) + " NaN of " +
+                                             std::to_string(t.stats.count) + " values"});
+        if (t.stats.inf)
+            out.push_back({"inf", t.key, t.key + " holds " + std::to_string(t.stats.inf) + " Inf of " +
+                                             std::to_string(t.stats.count) + " values"});
+    }
+    for (const auto& g : c.globals()) {
+        if (g.cls == GlobalClass::dangerous)
+            out.push_back({"unsafe_global", g.full_name(),
+                           g.full_name() + " is dangerous: unpickling the file would call it (torch.load runs it)"});
+        else if (g.cls == GlobalClass::unknown)
+            out.push_back({"unsafe_global", g.full_name(),
+                           g.full_name() + " is not on the allow-list (a custom class: torch.load(weights_only=True) "
+                                           "refuses the file, a plain torch.load imports and runs it)"});
+    }
+}
+
+// One statistic against its reference: within tolerance, and how far it moved.
+bool within(const std::optional<double>& a, const std::optional<double>& r, double rtol, double atol, double& relative) {
+    relative = 0;
+    if (!a && !r) return true;
+    if (!a || !r) {
+        relative = INFINITY;
+        return false;
+    }
+    if (std::isnan(*a) || std::isnan(*r) || std::isinf(*a) || std::isinf(*r)) {
+        bool same = (std::isnan(*a) && std::isnan(*r)) || *a == *r;
+        relative = same ? 0 : INFINITY;
+        return same;
+    }
+    double diff = std::fabs(*a - *r);
+    relative = *r == 0 ? (diff == 0 ? 0 : INFINITY) : diff / std::fabs(*r);
+    return diff <= atol + rtol * std::fabs(*r);
+}
+
+std::string shape_or_dtype_change(const TensorPrint& a, const TensorPrint& r) {
+    std::string m;
+    if (a.dtype != r.dtype) m = "dtype " + r.dtype + " → " + a.dtype;
+    if (a.shape != r.shape) m += (m.empty() ? "" : ", ") + std::string("shape ") + shape_text(r.shape) + " → " + shape_text(a.shape);
+    return m;
+}
+
+void compare(VerifyReport& rep, const Fingerprint& ref) {
+    const VerifyOptions& o = rep.options;
+    std::unordered_map<std::string, const TensorPrint*> by_key;
+    for (const auto& t : ref.tensors) by_key.emplace(t.key, &t);
+    std::unordered_set<std::string> seen;
+    std::vector<Finding> drift;
+    for (auto& v : rep.tensors) {
+        const TensorPrint& a = v.print;
+        seen.insert(a.key);
+        auto it = by_key.find(a.key);
+        if (it == by_key.end()) {
+            v.status = "extra";
+            rep.findings.push_back({"extra", a.key, a.key + " is not in the reference"});
+            continue;
+        }
+        const TensorPrint& r = *it->second;
+        v.reference = r;
+        std::string change = shape_or_dtype_change(a, r);
+        if (!change.empty()) {
+            v.status = "changed";
+            rep.findings.push_back({"changed", a.key, a.key + ": " + change});
+            continue;
+        }
+        if (!a.readable || !r.readable) {
+            v.status = "changed";
+            rep.findings.push_back({"changed", a.key, a.key + ": its bytes cannot be read on " +
+                                                          std::string(!a.readable ? "this" : "the reference's") + " side"});
+            continue;
+        }
+        if (o.exact) {
+            v.status = a.stats.hash == r.stats.hash ? "ok" : "changed";
+            if (v.status == "changed")
+                rep.findings.push_back({"changed", a.key, a.key + ": content differs (" + a.stats.hash + " vs " + r.stats.hash + ")"});
+            continue;
+        }
+        const char* names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};
+        const std::optional<double>* av[] = {&a.stats.mean, &a.stats.std, &a.stats.min, &a.stats.max, &a.stats.abs_mean, &a.stats.l2};
+        const std::optional<double>* rv[] = {&r.stats.mean, &r.stats.std, &r.stats.min, &r.stats.max, &r.stats.abs_mean, &r.stats.l2};
+        bool ok = true;
+        std::string message;
+        for (size_t i = 0; i < 6; ++i) {
+            double rel = 0;
+            if (!within(*av[i], *rv[i], o.rtol, o.atol, rel)) {
+                if (ok || rel > v.relative_change) {
+                    v.relative_change = rel;
+                    v.worst_stat = names[i];
+                    char pct[32];
+                    std::snprintf(pct, sizeof pct, "%+.3g%%", std::isinf(rel) ? rel : 100.0 * rel * ((**av[i] < **rv[i]) ? -1 : 1));
+                    message = a.key + ": " + names[i] + " " + number_text(*rv[i]) + " → " + number_text(*av[i]) +
+                              (av[i]->has_value() && rv[i]->has_value() && !std::isinf(rel) ? std::string(" (") + pct + ")" : "");
+                }
+                ok = false;
+            }
+        }
+        if (a.stats.nan != r.stats.nan || a.stats.inf != r.stats.inf) {
+            if (ok) {
+                v.worst_stat = a.stats.nan != r.stats.nan ? "nan" : "inf";
+                v.relative_change = INFINITY;
+                message = a.key + ": NaN/Inf count " + std::to_string(r.stats.nan + r.stats.inf) + " → " +
+                          std::to_string(a.stats.nan + a.stats.inf);
+            }
+            ok = false;
+        }
+        v.status = ok ? "ok" : "drift";
+        if (!ok) drift.push_back({"drift", a.key, message, v.relative_change});
+    }
+    std::stable_sort(drift.begin(), drift.end(),
+                     [](const Finding& x, const Finding& y) { return x.relative_change > y.relative_change; });
+    rep.findings.insert(rep.findings.end(), drift.begin(), drift.end());
+    for (const auto& r : ref.tensors) {
+        if (seen.count(r.key)) continue;
+        if (!o.key_globs.empty() && !any_glob_matches(o.key_globs, r.key)) continue;
+        TensorVerdict v;
+        v.print.key = r.key;
+        v.print.dtype = r.dtype;
+        v.print.shape = r.shape;
+        v.print.readable = false;
+        v.reference = r;
+        v.status = "missing";
+        rep.tensors.push_back(std::move(v));
+        rep.findings.push_back({"missing", r.key, r.key + " is in the reference, not in this file"});
+    }
+}
+
+bool is_json_file(const std::string& path) {
+    MappedFile f(path);
+    ByteView v = f.view();
+    uint64_t i = 0;
+    while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
+    return i < v.size && (v.data[i] == '{' || v.data[i] == '[');
+}
+
+Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file) {
+    const std::string& path = *o.reference;
+    is_fingerprint_file = is_json_file(path);
+    if (is_fingerprint_file) {
+        MappedFile f(path);
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(f.view().data, f.view().data + f.view().size);
+        } catch (const nlohmann::json::parse_error& e) {
+            throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
+        }
+        if (j.is_object() && j.value("command", "") == "inspect")
+            throw Error(ErrorKind::usage, path,
+                        "an inspect report holds no statistics; write a fingerprint with verify --write-fingerprint");
+        return fingerprint_from_json(path, j);
+    }
+    std::unique_ptr<Checkpoint> r = Checkpoint::open(path, o.reference_open);
+    if (r->format() == Format::torchscript) return torchscript_fingerprint(path);  // torch::jit::load is the authority
+    if (!r->problems().empty())
+        throw Error(ErrorKind::corrupt, path, "the reference is damaged: " + r->problems().front().message + " (verify it on its own)");
+    ScanOptions so;
+    so.all = o.all;
+    so.key_globs = o.key_globs;
+    so.threads = o.threads;
+    return fingerprint(*r, so);
+}
+
+}  // namespace
+
+std::vector<Finding> check_optimizers(const Checkpoint& c) {
+    std::vector<Finding> out;
+    const StateDict& sd = c.state_dict();
+    std::vector<std::pair<std::string, const TensorInfo*>> params;
+    for (const auto& e : sd.entries) {
+        const Entry& entry = c.entries()[e.entry];
+        const TensorInfo& t = c.tensors()[*entry.tensor];
+        if (!dtype_is_floating(t.dtype) || ends_with(e.name, "running_mean") || ends_with(e.name, "running_var"))
+            continue;
+        params.push_back({e.name, &t});
+    }
+    for (const OptimizerRef& o : find_optimizers(c.root())) {
+        std::vector<int64_t> ids;
+        for (const Value* g : o.param_groups()->items) {
+            const Value* p = g->kind == ValueKind::dict ? g->get("params") : nullptr;
+            if (!p) continue;
+            for (const Value* id : p->items)
+                if (id->kind == ValueKind::integer) ids.push_back(id->i);
+        }
+        std::string where = o.key.empty() ? "the optimizer" : "optimizer '" + o.key + "'";
+        if (ids.size() > params.size()) {
+            out.push_back({"optimizer_mismatch", o.key,
+                           where + " has " + std::to_string(ids.size()) + " parameters, the state dict " +
+                               std::to_string(params.size()) + ": it belongs to another model"});
+            continue;
+        }
+        if (ids.size() < params.size()) continue;  // frozen parameters are left out: no order to check
+        std::unordered_map<int64_t, size_t> position;
+        for (size_t i = 0; i < ids.size(); ++i) position.emplace(ids[i], i);
+        const Value* state = o.state();
+        for (size_t i = 0; i < state->dict_size(); ++i) {
+            const Value* id = state->dict_key(i);
+            const Value* fields = state->dict_value(i);
+            auto pos = id->kind == ValueKind::integer ? position.find(id->i) : position.end();
+            if (pos == position.end()) {
+                out.push_back({"optimizer_mismatch", o.key,
+                               where + " holds state for parameter " + repr(id) + ", which no param group lists"});
+                continue;
+            }
+            const auto& [name, param] = params[pos->second];
+            if (fields->kind != ValueKind::dict) continue;
+            for (size_t k = 0; k < fields->dict_size(); ++k) {
+                const Value* v = fields->dict_value(k);
+                if (v->kind != ValueKind::tensor) continue;
+                const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
+                if (t.shape.empty() || t.numel <= 1) continue;  // step counters and other scalars
+                if (t.shape != param->shape) {
+                    out.push_back({"optimizer_mismatch", o.key,
+                                   where + ": " + key_part(fields->dict_key(k)) + " of parameter " + repr(id) +
+                                       " is " + shape_text(t.shape) + ", but parameter " + std::to_string(pos->second) +
+                                       " of the state dict (" + name + ") is " + shape_text(param->shape)});
+                    break;
+                }
+            }
+        }
+    }
+    return out;
+}
+
+VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out) {
+    VerifyReport rep;
+    rep.file = c.path();
+    rep.reference = o.reference;
+    rep.options = o;
+    rep.options.progress = nullptr;
+
+    // The reference first: an unreadable one is an error before any work on the file.
+    std::optional<Fingerprint> ref;
+    bool ref_is_fingerprint = false;
+    if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint);
+    bool all = o.all || (ref && ref_is_fingerprint && ref->scope == "all");
+
+    ScanOptions so;
+    so.all = all;
+    so.key_globs = o.key_globs;
+    so.check_crc = true;
+    so.threads = o.threads;
+    so.progress = o.progress;
+    Fingerprint fp = fingerprint(c, so);
+    rep.records_checked = fp.records.size();
+    for (const ZipEntry& e : c.zip().entries()) rep.bytes_read += e.size;
+
+    integrity_findings(c, fp, rep.findings);
+    std::vector<Finding> opt = check_optimizers(c);
+    rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
+    for (const auto& t : fp.tensors) rep.tensors.push_back({t, std::nullopt, "", "", 0});
+    if (ref) {
+        if (!o.key_globs.empty())
+            ref->tensors.erase(std::remove_if(ref->tensors.begin(), ref->tensors.end(),
+                                              [&](const TensorPrint& t) { return !any_glob_matches(o.key_globs, t.key); }),
+                               ref->tensors.end());
+        compare(rep, *ref);
+    }
+    if (fingerprint_out) *fingerprint_out = std::move(fp);
+    return rep;
+}
+
+nlohmann::json to_json(const VerifyReport& r) {
+    nlohmann::json j;
+    j["schema_version"] = k_schema_version;
+    j["tool"] = tool_json();
+    j["command"] = "verify";
+    j["file"] = r.file;
+    j["reference"] = r.reference ? nlohmann::json(*r.reference) : nlohmann::json(nullptr);
+    j["ok"] = r.ok();
+    j["options"] = {{"rtol", r.options.rtol}, {"atol", r.options.atol}, {"exact", r.options.exact},
+                    {"scope", r.options.all ? "all" : "state_dict"}};
+    j["records_checked"] = r.records_checked;
+    j["bytes_read"] = r.bytes_read;
+    nlohmann::json findings = nlohmann::json::array();
+    for (const auto& f : r.findings) {
+        nlohmann::json x = {{"kind", f.kind}, {"key", f.key}, {"message", f.message}};
+        if (f.kind == "drift") x["relative_change"] = std::isinf(f.relative_change) ? nlohmann::json("inf") : nlohmann::json(f.relative_change);
+        findings.push_back(std::move(x));
+    }
+    j["findings"] = std::move(findings);
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& v : r.tensors) {
+        nlohmann::json t = {{"key", v.print.key}, {"dtype", v.print.dtype}, {"shape", v.print.shape}};
+        t.update(stats_json(v.print.stats));
+        if (!v.print.readable) t["hash"] = nullptr;
+        if (r.reference) {
+            t["status"] = v.status;
+            t["reference"] = v.reference ? stats_json(v.reference->stats) : nlohmann::json(nullptr);
+            if (v.status == "drift") {
+                t["worst_stat"] = v.worst_stat;
+                t["relative_change"] = std::isinf(v.relative_change) ? nlohmann::json("inf") : nlohmann::json(v.relative_change);
+            }
+        }
+        tensors.push_back(std::move(t));
+    }
+    j["tensors"] = std::move(tensors);
+    return j;
+}
+
+void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style) {
+    Paint paint{style.color};
+    size_t compared = 0;
+    for (const auto& t : r.tensors) compared += t.status != "missing";
+    out << paint("1", r.file);
+    if (r.reference) out << " vs " << paint("1", *r.reference);
+    out << ": ";
+    if (r.ok()) out << paint("32", "ok");
+    else out << paint("31", std::to_string(r.findings.size()) + (r.findings.size() == 1 ? " finding" : " findings"));
+    out << " — " << compared << " tensors, " << r.records_checked << " records (CRC-32), "
+        << human_bytes(r.bytes_read) << " read";
+    if (r.reference)
+        out << "; " << (r.options.exact ? std::string("exact content") : "rtol " + repr_float(r.options.rtol) + ", atol " + repr_float(r.options.atol));
+    out << "\n";
+    std::unordered_map<std::string, size_t> shown;
+    for (const auto& f : r.findings) {
+        if (++shown[f.kind] > 20) continue;
+        const char* color = f.kind == "drift" || f.kind == "nan" || f.kind == "inf" ? "33" : "31";
+        out << "  " << paint(color, f.kind) << "  " << f.message << "\n";
+    }
+    for (const auto& [kind, n] : shown)
+        if (n > 20) out << "  … " << n - 20 << " more " << kind << " findings (--json lists all)\n";
+}
+
+}  // namespace ckpt
