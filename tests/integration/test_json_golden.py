@@ -10,7 +10,8 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SAMPLES = ["resnet_ddp.pth", "training.pth"]
-TYPES = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool, "null": type(None)}
+TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool,
+         "null": type(None)}
 
 
 def check_schema(value, schema, defs, where, problems):

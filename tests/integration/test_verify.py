@@ -1,0 +1,321 @@
+#!/usr/bin/python3
+"""`verify` with real torch on both ends.
+
+- Fingerprints equal what torch computes for the same tensors (t.double().mean(), .std(), .min(),
+  .max(), .abs().mean(), .norm(); torch.view_as_real for complex), for every dtype, views, transposes,
+  slices with offsets, expanded (stride 0), 0-dim, empty and NaN/Inf tensors; a view and its
+  contiguous copy hash the same.
+- The ATen oracle (oracle_check) agrees with the core on every tensor of every fixture of
+  tests/fixtures/make_fixtures.py and of this test.
+- A file and its copy verify clean; one element changed by 1e-3 in a 1,000-element layer is caught
+  with the right key; a CRC-corrupted record, a truncated file and a short storage record are each
+  reported; NaN/Inf injected by torch are found; two rank files equal and differing (--exact); a
+  TorchScript model as the reference matches its own state dict and catches a renamed layer; an
+  optimizer state that belongs to another model is reported.
+- inspect and verify against a fingerprint map no LibTorch library (LD_DEBUG=files lists every
+  library the process loads, dlopen'ed ones included); diff-keys against a TorchScript model does.
+
+Usage: test_verify.py --tool PATH --oracle PATH --work DIR
+"""
+import argparse
+import collections
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_repair import Suite, schema_problems  # noqa: E402  (one harness for the integration tests)
+
+STATS = ["mean", "std", "min", "max", "abs_mean", "l2"]
+
+
+def torch_stats(t):
+    """What torch says, in float64, with the fingerprint's conventions."""
+    x = torch.view_as_real(t.reshape(1) if t.dim() == 0 else t) if t.is_complex() else t
+    d = x.detach().to(torch.float64).reshape(-1)
+    n = d.numel()
+    out = {"count": n, "nan": int(d.isnan().sum()), "inf": int(d.isinf().sum())}
+    if n == 0:
+        return dict(out, **{k: None for k in STATS})
+    out.update(mean=d.mean().item(), min=d.min().item(), max=d.max().item(),
+               abs_mean=d.abs().mean().item(), l2=d.norm().item(),
+               std=d.std().item() if n > 1 else None)
+    return out
+
+
+def close(got, want):
+    if want is None or got is None:
+        return got is None and want is None
+    if isinstance(got, str):
+        got = float(got)
+    if math.isnan(want) or math.isnan(got):
+        return math.isnan(want) and math.isnan(got)
+    if math.isinf(want) or math.isinf(got):
+        return got == want
+    return abs(got - want) <= 1e-12 or abs(got - want) <= 1e-9 * abs(want)
+
+
+def dtype_cases():
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 7, generator=g, dtype=torch.float64) * 3 + 1
+    sd = collections.OrderedDict()
+    for dt in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
+        name = str(dt).split(".")[1]
+        sd[name] = base.to(dt)
+        sd[name + "_t"] = base.to(dt).t()                      # a transpose (a view)
+        sd[name + "_slice"] = base.to(dt)[1:5, 2:6]           # an offset, strided view
+        sd[name + "_step"] = base.to(dt)[::2, ::3]
+    sd["contig_of_t"] = base.float().t().contiguous()         # hashes as float32_t does
+    for dt in [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]:
+        sd[str(dt).split(".")[1]] = (base * 10).to(dt)
+    sd["big_int64"] = torch.tensor([2**62, -2**61, 7], dtype=torch.int64)
+    sd["bool"] = base > 1
+    sd["complex64"] = torch.complex(base.float(), -base.float())
+    sd["complex128_t"] = torch.complex(base, base * 2).t()
+    sd["expanded"] = torch.arange(5.0).expand(4, 5)           # stride 0
+    sd["scalar"] = torch.tensor(3.25)
+    sd["one"] = torch.tensor([2.5])
+    sd["empty"] = torch.zeros(0, 4)
+    sd["nan_inf"] = torch.tensor([1.0, float("nan"), float("inf"), -2.0])
+    sd["inf_only"] = torch.tensor([1.0, float("inf"), 3.0])
+    sd["both_inf"] = torch.tensor([float("-inf"), float("inf")])
+    sd["half_extremes"] = torch.tensor([65504.0, -65504.0, 6e-8, 0.0], dtype=torch.float16)
+    sd["large_mean"] = torch.full((1000,), 1e6, dtype=torch.float64) + torch.arange(1000) * 1e-3
+    return sd
+
+
+def run_json(s, *args):
+    r = s.run(*args, "--json")
+    try:
+        j = json.loads(r.stdout)
+    except ValueError:
+        return r.returncode, {"stderr": r.stderr}
+    s.check(not schema_problems(j), "%s JSON vs schema: %s" % (args[0], schema_problems(j)))
+    return r.returncode, j
+
+
+def test_stats(s):
+    sd = dtype_cases()
+    path = s.path("dtypes.pth")
+    torch.save(sd, path)
+    rc, j = run_json(s, "verify", path)
+    s.check(rc == 1, "dtypes: exit %d (NaN/Inf are findings)" % rc)
+    rows = {t["key"]: t for t in j.get("tensors", [])}
+    s.check(set(rows) == set(sd), "dtypes: keys %s" % sorted(set(sd) ^ set(rows)))
+    for k, t in sd.items():
+        if k not in rows:
+            continue
+        want = torch_stats(t)
+        for f in STATS + ["count", "nan", "inf"]:
+            s.check(close(rows[k][f], want[f]) if f in STATS else rows[k][f] == want[f],
+                    "%s.%s = %r, torch says %r" % (k, f, rows[k][f], want[f]))
+    s.check(rows["contig_of_t"]["hash"] == rows["float32_t"]["hash"], "a view and its contiguous copy hash differently")
+    s.check(rows["float32"]["hash"] != rows["float32_t"]["hash"], "a matrix and its transpose hash the same")
+    kinds = sorted({(f["kind"], f["key"]) for f in j.get("findings", [])})
+    s.check(("nan", "nan_inf") in kinds and ("inf", "inf_only") in kinds and ("inf", "both_inf") in kinds
+            and all(k in ("nan", "inf") for k, _ in kinds), "dtypes: findings %s" % kinds)
+
+
+def test_oracle(s, oracle, fixtures_dir):
+    files = sorted(glob_pth(fixtures_dir)) + [s.path("dtypes.pth")]
+    r = subprocess.run([oracle] + files, capture_output=True, text=True)
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr
+    s.check(r.returncode == 0, "ATen oracle: %s\n%s" % (last, r.stdout[-2000:]))
+    print("oracle:", last)
+
+
+def glob_pth(d):
+    return [os.path.join(d, f) for f in os.listdir(d) if f.endswith((".pth", ".pt", ".ckpt", ".bin"))]
+
+
+def net(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8, 40),
+                         nn.Linear(40, 25))
+
+
+def test_integrity_and_drift(s):
+    m = net(1)
+    orig = s.path("model.pth")
+    torch.save(m.state_dict(), orig)
+    shutil.copy(orig, s.path("copy.pth"))
+    fp = s.path("model.fp.json")
+    rc, j = run_json(s, "verify", orig, "--write-fingerprint", fp)
+    s.check(rc == 0 and j["ok"] and j["records_checked"] == len(zipfile.ZipFile(orig).infolist()),
+            "clean file: exit %d %s" % (rc, j.get("findings")))
+    with open(fp) as f:
+        fpj = json.load(f)
+    s.check(not schema_problems(fpj), "fingerprint vs schema: %s" % schema_problems(fpj))
+    s.check(len(fpj["tensors"]) == len(m.state_dict()), "fingerprint rows %d" % len(fpj["tensors"]))
+    for ref in (fp, orig):
+        rc, j = run_json(s, "verify", s.path("copy.pth"), ref)
+        s.check(rc == 0 and all(t["status"] == "ok" for t in j["tensors"]), "copy vs %s: exit %d" % (ref, rc))
+    rc, _ = run_json(s, "verify", s.path("copy.pth"), orig, "--exact")
+    s.check(rc == 0, "copy --exact: exit %d" % rc)
+
+    # One element of the 1,000-element layer (Linear 40→25) moved by 1e-3.
+    sd = m.state_dict()
+    s.check(sd["4.weight"].numel() == 1000, "layer size")
+    sd["4.weight"] = sd["4.weight"].clone()
+    sd["4.weight"][7, 3] += 1e-3
+    torch.save(sd, s.path("nudged.pth"))
+    rc, j = run_json(s, "verify", s.path("nudged.pth"), fp)
+    drift = [f for f in j.get("findings", []) if f["kind"] == "drift"]
+    s.check(rc == 1 and [f["key"] for f in drift] == ["4.weight"], "one nudged element: exit %d %s" % (rc, drift))
+    rows = {t["key"]: t for t in j.get("tensors", [])}
+    s.check(rows.get("4.weight", {}).get("status") == "drift" and rows.get("4.bias", {}).get("status") == "ok",
+            "nudged statuses: %s" % {k: v.get("status") for k, v in rows.items()})
+
+    # A byte flipped inside a storage record: the CRC catches it.
+    with zipfile.ZipFile(orig) as z:
+        info = {i.filename: i for i in z.infolist()}
+    rec = "model/data/0"
+    with open(orig, "rb") as f:
+        data = bytearray(f.read())
+    i = info[rec]
+    start = i.header_offset + 30 + len(i.filename.encode()) + int.from_bytes(data[i.header_offset + 28:i.header_offset + 30], "little")
+    data[start + 5] ^= 0x40
+    with open(s.path("crc.pth"), "wb") as f:
+        f.write(data)
+    rc, j = run_json(s, "verify", s.path("crc.pth"))
+    s.check(rc == 1 and [(f["kind"], f["key"]) for f in j.get("findings", [])] == [("crc_mismatch", "model/data/0")],
+            "CRC: exit %d %s" % (rc, j.get("findings")))
+    # Truncated: exit 2, one line naming the file.
+    with open(s.path("truncated.pth"), "wb") as f:
+        f.write(data[: len(data) * 2 // 3])
+    r = s.run("verify", s.path("truncated.pth"))
+    s.check(r.returncode == 2 and "truncated.pth" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+            "truncated: exit %d %s" % (r.returncode, r.stderr))
+    # A short storage record (a consistent zip whose data/1 lost bytes).
+    with zipfile.ZipFile(orig) as zin, zipfile.ZipFile(s.path("short.pth"), "w") as zout:
+        for item in zin.infolist():
+            b = zin.read(item.filename)
+            zout.writestr(item.filename, b[:-4] if item.filename == "model/data/1" else b)
+    rc, j = run_json(s, "verify", s.path("short.pth"))
+    s.check(rc == 1 and any(f["kind"] == "record_size" and f["key"] == "model/data/1" for f in j.get("findings", [])),
+            "short record: exit %d %s" % (rc, j.get("findings")))
+
+    # NaN and Inf written by torch.
+    sd = net(2).state_dict()
+    sd["0.weight"][0, 0, 0, 0] = float("nan")
+    sd["3.bias"][1] = float("-inf")
+    torch.save(sd, s.path("nan.pth"))
+    rc, j = run_json(s, "verify", s.path("nan.pth"))
+    kinds = {(f["kind"], f["key"]) for f in j.get("findings", [])}
+    s.check(rc == 1 and kinds == {("nan", "0.weight"), ("inf", "3.bias")}, "NaN/Inf: exit %d %s" % (rc, kinds))
+
+    # Two DDP ranks: equal, then one replica differs.
+    torch.save(m.state_dict(), s.path("rank0.pth"))
+    torch.save(m.state_dict(), s.path("rank1.pth"))
+    rc, _ = run_json(s, "verify", s.path("rank0.pth"), s.path("rank1.pth"), "--exact")
+    s.check(rc == 0, "equal ranks: exit %d" % rc)
+    sd = m.state_dict()
+    sd["1.running_mean"] = sd["1.running_mean"] + 1e-7
+    torch.save(sd, s.path("rank1.pth"))
+    rc, j = run_json(s, "verify", s.path("rank0.pth"), s.path("rank1.pth"), "--exact")
+    s.check(rc == 1 and [f["key"] for f in j["findings"]] == ["1.running_mean"], "differing ranks: exit %d %s" % (rc, j.get("findings")))
+
+
+def test_torchscript_and_optimizer(s):
+    m = net(3)
+    torch.jit.save(torch.jit.script(m), s.path("model.ts.pt"))
+    torch.save(m.state_dict(), s.path("own.pth"))
+    rc, j = run_json(s, "verify", s.path("own.pth"), s.path("model.ts.pt"))
+    s.check(rc == 0 and len(j.get("tensors", [])) == len(m.state_dict()), "own state dict vs its TorchScript model: exit %d %s"
+            % (rc, j.get("findings", j)))
+    sd = collections.OrderedDict((("head." + k[2:]) if k.startswith("4.") else k, v) for k, v in m.state_dict().items())
+    torch.save(sd, s.path("renamed.pth"))
+    rc, j = run_json(s, "verify", s.path("renamed.pth"), s.path("model.ts.pt"))
+    kinds = sorted((f["kind"], f["key"]) for f in j.get("findings", []))
+    s.check(rc == 1 and kinds == [("extra", "head.bias"), ("extra", "head.weight"), ("missing", "4.bias"), ("missing", "4.weight")],
+            "renamed layer vs TorchScript: exit %d %s" % (rc, kinds))
+
+    # An optimizer state taken from another model.
+    other = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 3))
+    model = net(4)
+    opt_other = torch.optim.Adam(other.parameters())
+    other(torch.randn(2, 8)).sum().backward()
+    opt_other.step()
+    opt_good = torch.optim.Adam(model.parameters())
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt_good.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_good.state_dict(), "epoch": 2}, s.path("train_ok.pth"))
+    rc, j = run_json(s, "verify", s.path("train_ok.pth"))
+    s.check(rc == 0, "matching optimizer: exit %d %s" % (rc, j.get("findings")))
+    # Same parameter count, other shapes: 4 params of `other` vs the 8 of `model` would be a count
+    # mismatch; give it a model with the same number of parameters and other shapes.
+    twin = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8, 30), nn.Linear(30, 25))
+    opt_twin = torch.optim.Adam(twin.parameters())
+    for p in twin.parameters():
+        p.grad = torch.ones_like(p)
+    opt_twin.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_twin.state_dict()}, s.path("train_twin.pth"))
+    rc, j = run_json(s, "verify", s.path("train_twin.pth"))
+    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    s.check(rc == 1 and mism and "3.weight" in mism[0]["message"], "optimizer of another model: exit %d %s" % (rc, mism))
+    # Fewer optimizer parameters than the model has (4 of 8): frozen layers are legal, no finding.
+    torch.save({"model": model.state_dict(), "optimizer": opt_other.state_dict()}, s.path("train_fewer.pth"))
+    rc, j = run_json(s, "verify", s.path("train_fewer.pth"))
+    s.check(rc == 0, "optimizer over fewer parameters: exit %d %s" % (rc, j.get("findings")))
+    # More optimizer parameters than the model has: it belongs to another model.
+    bigger = nn.Sequential(net(5), nn.Linear(25, 2))
+    opt_big = torch.optim.SGD(bigger.parameters(), lr=0.1, momentum=0.9)
+    for p in bigger.parameters():
+        p.grad = torch.ones_like(p)
+    opt_big.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_big.state_dict()}, s.path("train_more.pth"))
+    rc, j = run_json(s, "verify", s.path("train_more.pth"))
+    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    s.check(rc == 1 and len(mism) == 1 and "10 parameters" in mism[0]["message"], "optimizer with more params: %s" % mism)
+
+
+def libtorch_loaded(s, *args):
+    env = dict(os.environ, LD_DEBUG="files")
+    r = subprocess.run([s.tool] + list(args), capture_output=True, text=True, env=env)
+    return r.returncode, any("libtorch" in line and "file=" in line for line in r.stderr.splitlines())
+
+
+def test_no_libtorch(s):
+    fp = s.path("model.fp.json")
+    for args in (["inspect", s.path("model.pth")], ["verify", s.path("model.pth")], ["verify", s.path("copy.pth"), fp],
+                 ["diff-keys", s.path("model.pth"), s.path("copy.pth")],
+                 ["strip-prefix", s.path("model.pth"), "--add-prefix", "module.", "--dry-run"]):
+        rc, loaded = libtorch_loaded(s, *args)
+        s.check(rc == 0 and not loaded, "%s: exit %d, LibTorch mapped: %s" % (args[0], rc, loaded))
+    rc, loaded = libtorch_loaded(s, "diff-keys", s.path("own.pth"), s.path("model.ts.pt"))
+    s.check(rc == 0 and loaded, "diff-keys against TorchScript should load LibTorch (the check must be able to see it)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--oracle", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    if os.path.exists(args.work):
+        shutil.rmtree(args.work)
+    os.makedirs(args.work)
+    s = Suite(os.path.abspath(args.tool), os.path.abspath(args.work))
+    fixtures = os.path.join(args.work, "fixtures")
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "fixtures", "make_fixtures.py"), fixtures],
+                   check=True, capture_output=True)
+    test_stats(s)
+    test_oracle(s, os.path.abspath(args.oracle), fixtures)
+    test_integrity_and_drift(s)
+    test_torchscript_and_optimizer(s)
+    test_no_libtorch(s)
+    print("%d passed, %d failed" % (s.passed, len(s.failures)))
+    return 1 if s.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
