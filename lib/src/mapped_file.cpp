@@ -46,6 +46,15 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
     m_fd = fd;
 }
 
+void MappedFile::release(ByteView v) const {
+    auto base = reinterpret_cast<uintptr_t>(m_data);
+    auto begin = reinterpret_cast<uintptr_t>(v.data), end = begin + v.size;
+    if (!m_data || begin < base || end > base + m_size) return;  // not ours (an inflated copy)
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t first = (begin + page - 1) & ~(page - 1), last = end & ~(page - 1);  // whole pages only
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
     if (m_data) ::munmap(m_data, m_size);
     if (m_fd >= 0) ::close(m_fd);

@@ -21,6 +21,10 @@ public:
     uint64_t size() const { return m_size; }
     // The open file, for copies the kernel does (copy_file_range) without touching the mapping.
     int fd() const { return m_fd; }
+    // Drops the pages of `view` (a part of this mapping) from this process: a reader done with a
+    // record keeps its resident memory bounded by what it is reading now, whatever the file's size.
+    // The page cache keeps them; touching them again faults them back in.
+    void release(ByteView view) const;
 
 private:
     std::string m_path;
