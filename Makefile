@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 PY := /usr/bin/python3
-DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev
+DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev
 
 .PHONY: all deps build test demo bench clean
 
@@ -31,6 +31,8 @@ demo: deps build
 	$(BUILD)/ckpt-tool strip-prefix data/resnet_ddp.pth -o $(BUILD)/resnet_plain.pth --force
 	$(BUILD)/ckpt-tool diff-keys data/resnet_ddp.pth $(BUILD)/resnet_plain.pth; [ $$? -eq 1 ]
 	$(BUILD)/ckpt-tool diff-keys $(BUILD)/resnet_plain.pth $(BUILD)/resnet_plain.pth
+	$(BUILD)/ckpt-tool verify data/training.pth --write-fingerprint $(BUILD)/training.fp.json
+	$(BUILD)/ckpt-tool verify data/training.pth $(BUILD)/training.fp.json --exact
 
 bench: deps build
 	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool
