@@ -170,7 +170,7 @@ TEST_CASE("hostile inputs: refused with a clear message or read cleanly, never a
     }
 }
 
-TEST_CASE("hostile inputs: strip-prefix and diff-keys refuse them cleanly and write nothing") {
+TEST_CASE("hostile inputs: strip-prefix, diff-keys and verify refuse them cleanly and write nothing") {
     std::string dir = testing::scratch_dir("hostile_repair");
     int n = 0;
     for (const Row& row : k_rows) {
@@ -191,6 +191,12 @@ TEST_CASE("hostile inputs: strip-prefix and diff-keys refuse them cleanly and wr
         INFO("diff-keys stdout: " << d.out << "\nstderr: " << d.err);
         CHECK(d.signal == 0);
         CHECK((d.exit_code == 0 || d.exit_code == 2));
+        // verify reads every byte: findings (1) or an error (2), never a crash, never a payload run.
+        testing::RunResult v = testing::run_tool({"verify", path, "--all"});
+        INFO("verify stdout: " << v.out << "\nstderr: " << v.err);
+        CHECK(v.signal == 0);
+        CHECK((v.exit_code == 0 || v.exit_code == 1 || v.exit_code == 2));
+        if (row.exit_code == 2) CHECK(v.exit_code != 0);  // what inspect refuses is never "ok"
         CHECK_FALSE(exists(marker));
     }
     size_t temporaries = 0;  // AtomicFile names them ".NAME.XXXXXXXX.tmp"
