@@ -67,7 +67,16 @@ KeySet read_manifest(const std::string& path, ByteView bytes) {
     ks.path = path;
     ks.kind = "manifest";
     std::vector<KeyInfo> keys;
-    if (j.is_object() && j.contains("tensors") && j["tensors"].is_array()) {
+    std::string command = j.is_object() && j.contains("command") && j["command"].is_string() ? j["command"].get<std::string>() : "";
+    if ((command == "fingerprint" || command == "verify") && j.contains("tensors") && j["tensors"].is_array()) {
+        // A fingerprint (verify --write-fingerprint) or verify --json: every row is a key.
+        size_t n = 0;
+        for (const auto& t : j["tensors"]) {
+            ++n;
+            if (t.is_object() && t.value("status", "") == "missing") continue;  // the reference's, not this file's
+            keys.push_back(manifest_entry(path, t, n));
+        }
+    } else if (j.is_object() && j.contains("tensors") && j["tensors"].is_array()) {
         // `ckpt-tool inspect --json`: the state dict's tensors are the ones with a state_dict_key.
         if (j.contains("state_dict") && j["state_dict"].is_string()) ks.state_dict_path = j["state_dict"];
         size_t n = 0;

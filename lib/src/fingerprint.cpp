@@ -483,10 +483,11 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     std::mutex progress_lock;
     uint64_t done_bytes = 0, reported = 0;
     std::exception_ptr failure;
+    std::atomic<bool> failed{false};
     auto worker = [&]() {
         try {
             for (size_t n; (n = next.fetch_add(1)) < order.size();) {
-                if (failure) return;
+                if (failed) return;
                 const WorkItem& w = items[order[n]];
                 RecordData data = c.zip().record_data(*w.record);
                 ByteView v = data.view();
@@ -515,6 +516,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
         } catch (...) {
             std::lock_guard<std::mutex> lock(progress_lock);
             if (!failure) failure = std::current_exception();
+            failed = true;
         }
     };
     unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());

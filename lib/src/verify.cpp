@@ -370,6 +370,9 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     }
     for (const auto& [kind, n] : shown)
         if (n > 20) out << "  … " << n - 20 << " more " << kind << " findings (--json lists all)\n";
+    if (shown.count("missing") && shown.count("extra"))
+        out << "note: the key sets differ; `ckpt-tool diff-keys " << shell_quote(r.file) << " "
+            << shell_quote(*r.reference) << "` finds the prefix change that fixes them\n";
 }
 
 }  // namespace ckpt

@@ -160,6 +160,14 @@ def test_integrity_and_drift(s):
         s.check(rc == 0 and all(t["status"] == "ok" for t in j["tensors"]), "copy vs %s: exit %d" % (ref, rc))
     rc, _ = run_json(s, "verify", s.path("copy.pth"), orig, "--exact")
     s.check(rc == 0, "copy --exact: exit %d" % rc)
+    # A fingerprint is a key manifest too.
+    rc, j = run_json(s, "diff-keys", s.path("copy.pth"), fp)
+    s.check(rc == 0 and j.get("counts", {}).get("matched") == len(m.state_dict()), "diff-keys against a fingerprint: exit %d" % rc)
+    torch.save(nn.DataParallel(m).state_dict(), s.path("ddp.pth"))
+    rc, j = run_json(s, "diff-keys", s.path("ddp.pth"), fp)
+    s.check(rc == 1 and (j.get("prefix_fix") or {}).get("strip") == "module.", "ddp vs fingerprint: %s" % j.get("prefix_fix"))
+    r = s.run("verify", s.path("ddp.pth"), fp)
+    s.check(r.returncode == 1 and "diff-keys" in r.stdout.splitlines()[-1], "verify with other keys points at diff-keys:\n" + r.stdout[-300:])
 
     # One element of the 1,000-element layer (Linear 40→25) moved by 1e-3.
     sd = m.state_dict()
