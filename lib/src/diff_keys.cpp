@@ -55,14 +55,7 @@ KeyInfo manifest_entry(const std::string& path, const nlohmann::json& e, size_t 
     return k;
 }
 
-KeySet read_manifest(const std::string& path, ByteView bytes) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(bytes.data, bytes.data + bytes.size);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw Error(ErrorKind::format, path,
-                    "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
-    }
+KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
     KeySet ks;
     ks.path = path;
     ks.kind = "manifest";
@@ -137,15 +130,7 @@ KeySet key_set_of(const Checkpoint& c) {
 }
 
 KeySet read_key_set(const std::string& path, const OpenOptions& open) {
-    {
-        MappedFile f(path);
-        ByteView v = f.view();
-        uint64_t i = 0;
-        if (v.size >= 3 && v.data[0] == 0xef && v.data[1] == 0xbb && v.data[2] == 0xbf) i = 3;  // BOM
-        while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
-        if (i < v.size && (v.data[i] == '[' || v.data[i] == '{'))
-            return read_manifest(path, {v.data + i, v.size - i});
-    }
+    if (auto j = read_json_file(path)) return read_manifest(path, *j);
     std::unique_ptr<Checkpoint> c = Checkpoint::open(path, open);
     if (c->format() != Format::torchscript) return key_set_of(*c);
     // A TorchScript model: its named parameters and buffers as torch::jit::load gives them.

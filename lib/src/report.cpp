@@ -1,5 +1,8 @@
 #include "ckpt/report.hpp"
 
+#include "ckpt/error.hpp"
+#include "ckpt/mapped_file.hpp"
+
 #include <cctype>
 #include <cstdio>
 #include <string_view>
@@ -45,6 +48,20 @@ std::string shape_text(const std::vector<int64_t>& shape) {
         s += std::to_string(shape[i]);
     }
     return s;
+}
+
+std::optional<nlohmann::json> read_json_file(const std::string& path) {
+    MappedFile f(path);
+    ByteView v = f.view();
+    uint64_t i = 0;
+    if (v.size >= 3 && v.data[0] == 0xef && v.data[1] == 0xbb && v.data[2] == 0xbf) i = 3;
+    while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
+    if (i >= v.size || (v.data[i] != '{' && v.data[i] != '[')) return std::nullopt;
+    try {
+        return nlohmann::json::parse(v.data + i, v.data + v.size);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
+    }
 }
 
 std::string shell_quote(const std::string& s) {

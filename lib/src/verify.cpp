@@ -176,25 +176,12 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     }
 }
 
-bool is_json_file(const std::string& path) {
-    MappedFile f(path);
-    ByteView v = f.view();
-    uint64_t i = 0;
-    while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
-    return i < v.size && (v.data[i] == '{' || v.data[i] == '[');
-}
-
 Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file) {
     const std::string& path = *o.reference;
-    is_fingerprint_file = is_json_file(path);
-    if (is_fingerprint_file) {
-        MappedFile f(path);
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(f.view().data, f.view().data + f.view().size);
-        } catch (const nlohmann::json::parse_error& e) {
-            throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
-        }
+    std::optional<nlohmann::json> json = read_json_file(path);
+    is_fingerprint_file = json.has_value();
+    if (json) {
+        const nlohmann::json& j = *json;
         if (j.is_object() && j.value("command", "") == "inspect")
             throw Error(ErrorKind::usage, path,
                         "an inspect report holds no statistics; write a fingerprint with verify --write-fingerprint");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct Paint {
         return on ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
     }
 };
+
+// The JSON in `path` when the file starts like JSON ('{' or '[' after whitespace or a UTF-8 BOM),
+// nullopt when it does not (a checkpoint); Error(format) naming the file when it starts like JSON
+// but does not parse.
+std::optional<nlohmann::json> read_json_file(const std::string& path);
 
 // A word for the shell: as it is when it is plain, single-quoted otherwise.
 std::string shell_quote(const std::string& s);
