@@ -37,6 +37,7 @@ demo: deps build
 bench: deps build
 	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/strip_prefix_bench.py --tool $(BUILD)/ckpt-tool
+	$(PY) bench/verify_bench.py --tool $(BUILD)/ckpt-tool
 
 clean:
 	rm -rf $(BUILD)
