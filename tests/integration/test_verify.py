@@ -37,6 +37,11 @@ from test_repair import Suite, schema_problems  # noqa: E402  (one harness for t
 STATS = ["mean", "std", "min", "max", "abs_mean", "l2"]
 
 
+class Custom:
+    def __init__(self, depth):
+        self.depth = depth
+
+
 def torch_stats(t):
     """What torch says, in float64, with the fingerprint's conventions."""
     x = torch.view_as_real(t.reshape(1) if t.dim() == 0 else t) if t.is_complex() else t
@@ -220,6 +225,12 @@ def test_integrity_and_drift(s):
     kinds = {(f["kind"], f["key"]) for f in j.get("findings", [])}
     s.check(rc == 1 and kinds == {("nan", "0.weight"), ("inf", "3.bias")}, "NaN/Inf: exit %d %s" % (rc, kinds))
 
+    # A custom class in the pickle: torch.load would import and run it; weights_only would refuse it.
+    torch.save({"model": net(6).state_dict(), "config": Custom(3)}, s.path("custom.pth"))
+    rc, j = run_json(s, "verify", s.path("custom.pth"))
+    s.check(rc == 1 and [(f["kind"], f["key"]) for f in j.get("findings", [])] == [("unsafe_global", "__main__.Custom")],
+            "custom class: exit %d %s" % (rc, j.get("findings")))
+
     # Two DDP ranks: equal, then one replica differs.
     torch.save(m.state_dict(), s.path("rank0.pth"))
     torch.save(m.state_dict(), s.path("rank1.pth"))
@@ -259,6 +270,13 @@ def test_torchscript_and_optimizer(s):
     torch.save({"model": model.state_dict(), "optimizer": opt_good.state_dict(), "epoch": 2}, s.path("train_ok.pth"))
     rc, j = run_json(s, "verify", s.path("train_ok.pth"))
     s.check(rc == 0, "matching optimizer: exit %d %s" % (rc, j.get("findings")))
+    # --all: every tensor by its key, the optimizer's state included, equal to torch's.
+    rc, j = run_json(s, "verify", s.path("train_ok.pth"), "--all")
+    rows = {t["key"]: t for t in j.get("tensors", [])}
+    exp_avg = opt_good.state_dict()["state"][0]["exp_avg"]
+    s.check(rc == 0 and "optimizer.state.0.exp_avg" in rows and "model.0.weight" in rows
+            and close(rows["optimizer.state.0.exp_avg"]["mean"], exp_avg.double().mean().item()),
+            "--all: exit %d, keys %s" % (rc, sorted(rows)[:6]))
     # Same parameter count, other shapes: 4 params of `other` vs the 8 of `model` would be a count
     # mismatch; give it a model with the same number of parameters and other shapes.
     twin = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8, 30), nn.Linear(30, 25))
