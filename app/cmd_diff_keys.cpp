@@ -18,8 +18,9 @@ Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global) {
     auto a = std::make_shared<DiffKeysArgs>();
     sub.add_option("CKPT", a->file, "Checkpoint (or key manifest) to check")->required();
     sub.add_option("REFERENCE", a->reference,
-                   "What it must fit: another checkpoint, or a JSON key manifest (inspect --json output, "
-                   "or a list of {key, shape, dtype})")
+                   "What it must fit: another checkpoint, a TorchScript model (read through the LibTorch "
+                   "backend), or a JSON key manifest (a list of {key, shape, dtype}, inspect --json output, "
+                   "a fingerprint)")
         ->required();
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/diff-keys.schema.json)");
     sub.add_flag("--all", a->all, "List every key of every list, no elided rows");
