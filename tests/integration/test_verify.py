@@ -319,6 +319,19 @@ def test_no_libtorch(s):
         s.check(rc == 0 and not loaded, "%s: exit %d, LibTorch mapped: %s" % (args[0], rc, loaded))
     rc, loaded = libtorch_loaded(s, "diff-keys", s.path("own.pth"), s.path("model.ts.pt"))
     s.check(rc == 0 and loaded, "diff-keys against TorchScript should load LibTorch (the check must be able to see it)")
+    # Without the backend beside the binary: a clear one-line error naming the file, exit 2; the
+    # commands that do not need it still work.
+    lonely = os.path.join(s.work, "no-backend")
+    os.makedirs(lonely, exist_ok=True)
+    shutil.copy(s.tool, os.path.join(lonely, "ckpt-tool"))
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_TORCH_BACKEND"}
+    r = subprocess.run([os.path.join(lonely, "ckpt-tool"), "verify", s.path("own.pth"), s.path("model.ts.pt")],
+                       capture_output=True, text=True, env=env)
+    s.check(r.returncode == 2 and "model.ts.pt" in r.stderr and "LibTorch backend" in r.stderr
+            and "libtorch-dev" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+            "missing backend: exit %d %r" % (r.returncode, r.stderr))
+    r = subprocess.run([os.path.join(lonely, "ckpt-tool"), "verify", s.path("own.pth")], capture_output=True, text=True, env=env)
+    s.check(r.returncode == 0, "verify without the backend: exit %d %s" % (r.returncode, r.stderr))
 
 
 def main():
