@@ -8,6 +8,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
+#include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "torch_hooks.hpp"
 
@@ -27,6 +28,7 @@ const char* format_name(Format f) {
     switch (f) {
         case Format::torch_zip: return "torch-zip";
         case Format::torchscript: return "torchscript";
+        case Format::safetensors: return "safetensors";
     }
     return "?";
 }
@@ -51,7 +53,24 @@ std::string key_part(const Value* key) {
 Checkpoint::~Checkpoint() = default;
 ByteView Checkpoint::pickle_bytes() const { return m_pickle ? m_pickle->view() : ByteView{}; }
 uint64_t Checkpoint::file_size() const { return m_file ? m_file->size() : 0; }
-size_t Checkpoint::record_count() const { return m_zip ? m_zip->entries().size() : 0; }
+size_t Checkpoint::record_count() const { return m_records.size(); }
+
+const ZipArchive& Checkpoint::zip() const {
+    if (!m_zip) throw Error(ErrorKind::unsupported, m_path, std::string("a ") + format_name(m_format) + " file has no zip archive");
+    return *m_zip;
+}
+
+RecordData Checkpoint::record_data(size_t i) const {
+    if (m_zip) return m_zip->record_data(m_zip->entries()[i]);
+    auto [begin, end] = m_record_ranges[i];
+    return RecordData(*m_file->view().sub(begin, end - begin));
+}
+
+std::optional<size_t> Checkpoint::record_index(const std::string& name) const {
+    auto it = m_record_by_name.find(name);
+    if (it == m_record_by_name.end()) return std::nullopt;
+    return it->second;
+}
 bool Checkpoint::zip64() const { return m_zip && m_zip->zip64(); }
 size_t Checkpoint::compressed_records() const {
     if (!m_zip) return 0;
@@ -85,12 +104,6 @@ void reject_other_formats(ByteView file) {
                     "read by this version yet");
     if (file.size >= 265 && std::string_view(reinterpret_cast<const char*>(file.data) + 257, 5) == "ustar")
         throw Error(ErrorKind::unsupported, "", "tar-format torch checkpoint (torch < 0.4) is not supported");
-    if (file.size >= 10 && file.data[8] == '{') {
-        uint64_t n = 0;
-        for (int i = 7; i >= 0; --i) n = (n << 8) | file.data[i];
-        if (n <= file.size - 8)
-            throw Error(ErrorKind::unsupported, "", "safetensors files are not read by this version yet");
-    }
     if (file.data[0] == 0x80)
         throw Error(ErrorKind::format, "", "a bare pickle, not a torch.save checkpoint");
     throw Error(ErrorKind::format, "", "not a PyTorch checkpoint (no zip archive, no known format)");
@@ -104,6 +117,7 @@ struct Checkpoint::Builder {
     std::unordered_map<std::string, size_t> entry_by_key;
 
     void read_torch_zip();
+    void read_safetensors_file();
     void check_storages();
     void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
     void add_leaf(const std::string& key, const Value* v);
@@ -124,6 +138,10 @@ void Checkpoint::Builder::read_torch_zip() {
     ZipArchive zip = ZipArchive::open(c.m_file->view());
     c.m_zip = std::make_unique<ZipArchive>(std::move(zip));
     const auto& entries = c.m_zip->entries();
+    for (const auto& e : entries) {
+        c.m_record_by_name.emplace(e.name, c.m_records.size());
+        c.m_records.push_back({e.name, e.size, true, e.crc32});
+    }
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     const std::string& first = entries.front().name;
     size_t slash = first.find('/');
@@ -177,6 +195,49 @@ void Checkpoint::Builder::read_torch_zip() {
             s.record_size = e->size;
         }
     }
+}
+
+// safetensors: every tensor is its own storage (a record: its byte range), contiguous, at offset 0;
+// the value tree is one dict of name → tensor, so the rest of the model (keys, state dict) is the
+// same as for a torch.save state dict.
+void Checkpoint::Builder::read_safetensors_file() {
+    SafetensorsHeader h = read_safetensors(c.m_file->view());
+    c.m_format = Format::safetensors;
+    c.m_metadata = std::move(h.metadata);
+    c.m_pickle_size = h.header_size;  // the header plays the pickle's part
+    Value* root = c.m_arena.make(ValueKind::dict, 8);
+    for (const SafetensorsTensor& st : h.tensors) {
+        StorageInfo s;
+        s.key = st.name;
+        s.dtype = st.dtype;
+        s.numel = st.numel;
+        s.location = "cpu";
+        s.record = st.name;
+        s.record_present = true;
+        s.record_size = st.end - st.begin;
+        TensorInfo t;
+        t.dtype = st.dtype;
+        t.shape = st.shape;
+        t.stride.assign(st.shape.size(), 1);
+        for (size_t d = st.shape.size(); d-- > 1;) t.stride[d - 1] = t.stride[d] * std::max<int64_t>(st.shape[d], 1);
+        t.storage = c.m_storages.size();
+        t.rebuild = "safetensors";
+        t.numel = st.numel;
+        t.extent = st.numel;
+        Value* key = c.m_arena.make(ValueKind::string, 8);
+        key->s = c.m_arena.own(st.name);
+        Value* tv = c.m_arena.make(ValueKind::tensor, st.begin);
+        tv->i = static_cast<int64_t>(c.m_tensors.size());
+        tv->s = c.m_arena.own(std::string(dtype_name(st.dtype)));
+        root->entries.push_back(key);
+        root->entries.push_back(tv);
+        c.m_record_by_name.emplace(st.name, c.m_records.size());
+        c.m_records.push_back({st.name, st.end - st.begin, false, 0});
+        c.m_record_ranges.push_back({st.begin, st.end});
+        c.m_storages.push_back(std::move(s));
+        c.m_tensors.push_back(std::move(t));
+    }
+    c.m_root_value = root;
 }
 
 void Checkpoint::Builder::check_storages() {
@@ -455,8 +516,9 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const Open
     try {
         c->m_file = std::make_unique<MappedFile>(path);
         Builder b{*c, options, {}, {}};
-        if (!ZipArchive::sniff(c->m_file->view())) reject_other_formats(c->m_file->view());
-        b.read_torch_zip();
+        if (ZipArchive::sniff(c->m_file->view())) b.read_torch_zip();
+        else if (sniff_safetensors(c->m_file->view())) b.read_safetensors_file();
+        else reject_other_formats(c->m_file->view());
         std::string key;
         std::unordered_set<const Value*> on_path;
         b.flatten(c->m_root_value, key, 0, on_path);

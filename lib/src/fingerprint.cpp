@@ -418,7 +418,7 @@ struct Selected {
 };
 
 struct WorkItem {
-    const ZipEntry* record = nullptr;
+    size_t record = 0;                 // index into Checkpoint::records
     std::vector<size_t> tensors;  // unique tensor indices viewing this record's storage
     uint64_t bytes = 0;           // what it reads
 };
@@ -459,12 +459,11 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     for (size_t i = 0; i < storages.size(); ++i) storage_of_record.emplace(storages[i].record, i);
     std::unordered_map<size_t, size_t> item_of_storage;
     std::vector<WorkItem> items;
-    for (const ZipEntry& e : c.zip().entries()) {
+    for (size_t r = 0; r < c.records().size(); ++r) {
+        const RecordInfo& e = c.records()[r];
         auto it = storage_of_record.find(e.name);
         if (it != storage_of_record.end()) item_of_storage[it->second] = items.size();
-        if (o.check_crc || it != storage_of_record.end()) {
-            items.push_back({&e, {}, o.check_crc ? e.size : 0});
-        }
+        if (o.check_crc || it != storage_of_record.end()) items.push_back({r, {}, o.check_crc && e.has_crc ? e.size : 0});
     }
     std::unordered_map<size_t, size_t> slot_of_tensor;
     std::vector<TensorStats> slots;
@@ -497,15 +496,17 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
             for (size_t n; (n = next.fetch_add(1)) < order.size();) {
                 if (failed) return;
                 const WorkItem& w = items[order[n]];
-                RecordData data = c.zip().record_data(*w.record);
+                const RecordInfo& rec = c.records()[w.record];
+                RecordData data = c.record_data(w.record);
                 ByteView v = data.view();
-                if (w.tensors.size() == 1 && o.check_crc && whole_record(tensors[w.tensors[0]], v)) {
+                bool crc_here = o.check_crc && rec.has_crc;
+                if (w.tensors.size() == 1 && crc_here && whole_record(tensors[w.tensors[0]], v)) {
                     uint32_t crc = 0;
                     const TensorInfo& t = tensors[w.tensors[0]];
                     slots[slot_of_tensor.at(w.tensors[0])] = stats_over(t.dtype, v.data, &t, t.numel, &crc);
-                    crcs[order[n]] = {w.record->name, w.record->crc32, crc};
+                    crcs[order[n]] = {rec.name, rec.crc32, crc};
                 } else {
-                    if (o.check_crc) crcs[order[n]] = {w.record->name, w.record->crc32, crc32_of(v)};
+                    if (crc_here) crcs[order[n]] = {rec.name, rec.crc32, crc32_of(v)};
                     for (size_t ti : w.tensors) slots[slot_of_tensor.at(ti)] = tensor_stats(tensors[ti], v);
                 }
                 // Done with this record: its pages leave this process (resident memory stays at
@@ -546,7 +547,9 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
         if (p.readable) p.stats = slots[slot->second];
         f.tensors.push_back(std::move(p));
     }
-    if (o.check_crc) f.records = std::move(crcs);  // items are every record, in directory order
+    if (o.check_crc)  // items are every record, in directory order; safetensors records have no CRC
+        for (size_t i = 0; i < items.size(); ++i)
+            if (c.records()[items[i].record].has_crc) f.records.push_back(std::move(crcs[i]));
     return f;
 }
 

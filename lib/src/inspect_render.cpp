@@ -27,6 +27,9 @@ nlohmann::json to_json(const InspectReport& r) {
     j["file"] = c.path();
     j["file_size"] = c.file_size();
     j["format"] = format_name(c.format());
+    nlohmann::json metadata = nlohmann::json::object();
+    for (const auto& [k, v] : c.metadata()) metadata[k] = v;
+    j["metadata"] = std::move(metadata);
     j["container"] = {{"root", c.zip_root()},
                       {"byteorder", c.byteorder()},
                       {"byteorder_recorded", c.byteorder_recorded()},
@@ -129,12 +132,18 @@ std::string pad(const std::string& s, size_t w) { return s + std::string(w > wid
 void render_text(const InspectReport& r, std::ostream& out, const TextStyle& style) {
     const Checkpoint& c = *r.checkpoint;
     Paint paint{style.color};
-    std::string fmt = c.format() == Format::torchscript ? "TorchScript zip" : "torch zip";
-    out << paint("1", c.path()) << ": " << fmt << " (root " << c.zip_root() << ", " << c.byteorder()
-        << "-endian";
-    if (!c.version().empty()) out << ", version " << c.version();
-    if (c.compressed_records()) out << ", " << c.compressed_records() << " compressed records";
-    out << "), " << human_bytes(c.file_size()) << "\n";
+    if (c.format() == Format::safetensors) {
+        out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.pickle_size()) << ", "
+            << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
+        for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";
+    } else {
+        std::string fmt = c.format() == Format::torchscript ? "TorchScript zip" : "torch zip";
+        out << paint("1", c.path()) << ": " << fmt << " (root " << c.zip_root() << ", " << c.byteorder()
+            << "-endian";
+        if (!c.version().empty()) out << ", version " << c.version();
+        if (c.compressed_records()) out << ", " << c.compressed_records() << " compressed records";
+        out << "), " << human_bytes(c.file_size()) << "\n";
+    }
 
     const StateDict& sd = c.state_dict();
     if (sd.kind == StateDictKind::none) {

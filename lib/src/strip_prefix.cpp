@@ -315,6 +315,8 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     OpenOptions open = rq.open;
     open.trace_pickle = true;
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
+    if (c->format() == Format::safetensors)
+        throw Error(ErrorKind::unsupported, rq.input, "strip-prefix does not rewrite safetensors files yet");
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input,
                     "will not repair a damaged checkpoint: " + c->problems().front().message +

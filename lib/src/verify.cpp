@@ -44,8 +44,9 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<
     std::unordered_set<std::string> storage_records;
     for (const auto& s : c.storages()) storage_records.insert(s.record);
     std::string data_dir = c.zip_root() + "/data/";
-    for (const ZipEntry& e : c.zip().entries())
-        if (e.name.compare(0, data_dir.size(), data_dir) == 0 && !storage_records.count(e.name))
+    for (const RecordInfo& e : c.records())
+        if (c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
+            !storage_records.count(e.name))
             out.push_back({"unreferenced_record", e.name,
                            "record " + e.name + " is not the storage of any tensor (left by another writer?)"});
     for (const auto& t : fp.tensors) {
@@ -280,7 +281,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     so.progress = o.progress;
     Fingerprint fp = fingerprint(c, so);
     rep.records_checked = fp.records.size();
-    for (const ZipEntry& e : c.zip().entries()) rep.bytes_read += e.size;
+    for (const RecordInfo& e : c.records()) rep.bytes_read += e.size;
 
     integrity_findings(c, fp, rep.findings);
     std::vector<Finding> opt = check_optimizers(c);
@@ -344,8 +345,10 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     out << ": ";
     if (r.ok()) out << paint("32", "ok");
     else out << paint("31", std::to_string(r.findings.size()) + (r.findings.size() == 1 ? " finding" : " findings"));
-    out << " — " << compared << " tensors, " << r.records_checked << " records (CRC-32), "
-        << human_bytes(r.bytes_read) << " read";
+    out << " — " << compared << " tensors, ";
+    if (r.records_checked) out << r.records_checked << " records (CRC-32), ";
+    else out << "no CRC-32 in this format, ";
+    out << human_bytes(r.bytes_read) << " read";
     if (r.reference)
         out << "; " << (r.options.exact ? std::string("exact content") : "rtol " + repr_float(r.options.rtol) + ", atol " + repr_float(r.options.atol));
     out << "\n";

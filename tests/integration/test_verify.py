@@ -12,6 +12,9 @@
   reported; NaN/Inf injected by torch are found; two rank files equal and differing (--exact); a
   TorchScript model as the reference matches its own state dict and catches a renamed layer; an
   optimizer state that belongs to another model is reported.
+- safetensors files written by an independent writer in this test read with the right dtypes,
+  shapes and metadata, fingerprint like torch's numbers, and hash equal to the same tensors saved
+  by torch.save.
 - inspect and verify against a fingerprint map no LibTorch library (LD_DEBUG=files lists every
   library the process loads, dlopen'ed ones included); diff-keys against a TorchScript model does.
 
@@ -304,6 +307,68 @@ def test_torchscript_and_optimizer(s):
     s.check(rc == 1 and len(mism) == 1 and "10 parameters" in mism[0]["message"], "optimizer with more params: %s" % mism)
 
 
+ST_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
+             torch.bool: "BOOL", torch.complex64: "C64"}
+
+
+def write_safetensors(path, tensors, metadata):
+    """An independent safetensors writer (the format's README): header JSON padded to 8, raw bytes."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def test_safetensors_read(s):
+    g = torch.Generator().manual_seed(9)
+    base = torch.randn(5, 6, generator=g, dtype=torch.float64)
+    tensors = collections.OrderedDict()
+    for dt in ST_DTYPES:
+        name = "t_" + str(dt).split(".")[1]
+        if dt.is_complex:
+            tensors[name] = torch.complex(base.float(), base.float() * 2)
+        elif dt == torch.bool:
+            tensors[name] = base > 0
+        elif dt.is_floating_point:
+            tensors[name] = base.to(dt)
+        else:
+            tensors[name] = (base * 20).to(dt)
+    tensors["empty"] = torch.zeros(0, 3)
+    tensors["scalar"] = torch.tensor(2.5)
+    st = s.path("all.safetensors")
+    write_safetensors(st, tensors, {"format": "pt", "source": "test"})
+    pth = s.path("all.pth")
+    torch.save(tensors, pth)
+    rc, j = run_json(s, "inspect", st)
+    got = [(t["key"], t["dtype"], t["shape"]) for t in j.get("tensors", [])]
+    want = [(k, str(v.dtype).split(".")[1].replace("bool", "bool"), list(v.shape)) for k, v in tensors.items()]
+    s.check(rc == 0 and j.get("format") == "safetensors" and got == want and j.get("metadata") == {"format": "pt", "source": "test"},
+            "safetensors inspect: exit %d %s\n%s" % (rc, got[:3], want[:3]))
+    rc, j = run_json(s, "verify", st)
+    rows = {t["key"]: t for t in j.get("tensors", [])}
+    s.check(rc == 0 and j.get("records_checked") == 0, "safetensors verify: exit %d %s" % (rc, j.get("findings")))
+    for k, t in tensors.items():
+        want = torch_stats(t)
+        for f in STATS + ["count"]:
+            s.check(k in rows and (close(rows[k][f], want[f]) if f in STATS else rows[k][f] == want[f]),
+                    "safetensors %s.%s = %r, torch says %r" % (k, f, rows.get(k, {}).get(f), want[f]))
+    rc, j = run_json(s, "verify", st, pth, "--exact")
+    s.check(rc == 0, "safetensors vs the same tensors by torch.save, --exact: exit %d %s" % (rc, j.get("findings")))
+    rc, j = run_json(s, "diff-keys", st, pth)
+    s.check(rc == 0, "diff-keys safetensors vs pth: exit %d" % rc)
+    r = s.run("strip-prefix", st, "--add-prefix", "m.", "-o", s.path("x.safetensors"))
+    s.check(r.returncode == 2 and "safetensors" in r.stderr and not os.path.exists(s.path("x.safetensors")),
+            "strip-prefix of safetensors: exit %d %s" % (r.returncode, r.stderr))
+
+
 def libtorch_loaded(s, *args):
     env = dict(os.environ, LD_DEBUG="files")
     r = subprocess.run([s.tool] + list(args), capture_output=True, text=True, env=env)
@@ -351,6 +416,7 @@ def main():
     test_oracle(s, os.path.abspath(args.oracle), fixtures)
     test_integrity_and_drift(s)
     test_torchscript_and_optimizer(s)
+    test_safetensors_read(s)
     test_no_libtorch(s)
     print("%d passed, %d failed" % (s.passed, len(s.failures)))
     return 1 if s.failures else 0

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                     ++skipped;
                     continue;
                 }
-                RecordData data = c->zip().record_data(*c->zip().find(s.record));
+                RecordData data = c->record_data(*c->record_index(s.record));
                 TensorStats core = tensor_stats(t, data.view());
                 AtenStats aten = backend.stats(t.dtype, t.shape, t.stride, t.storage_offset, data.view());
                 ++tensors;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ckpt/dtype.hpp"
@@ -91,7 +93,15 @@ struct Problem {
     std::string message;
 };
 
-enum class Format { torch_zip, torchscript };
+enum class Format { torch_zip, torchscript, safetensors };
+
+// A stored byte range of the container: a zip record, or a safetensors tensor's bytes.
+struct RecordInfo {
+    std::string name;
+    uint64_t size = 0;
+    bool has_crc = false;  // zip records carry a CRC-32; safetensors has none
+    uint32_t crc32 = 0;
+};
 const char* format_name(Format f);
 
 struct OpenOptions {
@@ -131,9 +141,16 @@ public:
     // Number of distinct tensors (by rebuild object) viewing each storage.
     std::vector<size_t> storage_users() const;
 
-    // For writers: the container, the input and the pickle as read.
+    // The container's records, in file order, and their bytes (a view into the mapping, or inflated).
+    const std::vector<RecordInfo>& records() const { return m_records; }
+    RecordData record_data(size_t record) const;
+    std::optional<size_t> record_index(const std::string& name) const;
+    // safetensors' __metadata__ (empty for other formats).
+    const std::vector<std::pair<std::string, std::string>>& metadata() const { return m_metadata; }
+
+    // For writers: the container, the input and the pickle as read. zip() throws for safetensors.
     const MappedFile& file() const { return *m_file; }
-    const ZipArchive& zip() const { return *m_zip; }
+    const ZipArchive& zip() const;
     ByteView pickle_bytes() const;
     const std::string& pickle_record() const { return m_pickle_record; }
     // Null unless opened with trace_pickle.
@@ -165,6 +182,10 @@ private:
     StateDict m_state_dict;
     std::vector<GlobalRef> m_globals;
     std::vector<Problem> m_problems;
+    std::vector<RecordInfo> m_records;
+    std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors: [begin, end) in the file
+    std::unordered_map<std::string, size_t> m_record_by_name;
+    std::vector<std::pair<std::string, std::string>> m_metadata;
 };
 
 // Dotted path part of a dict key: str keys as they are, ints in decimal, others by repr.

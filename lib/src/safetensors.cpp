@@ -1,0 +1,140 @@
+#include "ckpt/safetensors.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/error.hpp"
+
+namespace ckpt {
+
+namespace {
+
+[[noreturn]] void broken(const std::string& what, uint64_t offset = 0) {
+    throw Error(ErrorKind::corrupt, "", "safetensors: " + what, offset);
+}
+
+}  // namespace
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
+    static const std::pair<std::string_view, DType> k_names[] = {
+        {"BOOL", DType::boolean}, {"U8", DType::uint8},     {"I8", DType::int8},
+        {"I16", DType::int16},    {"U16", DType::uint16},   {"I32", DType::int32},
+        {"U32", DType::uint32},   {"I64", DType::int64},    {"U64", DType::uint64},
+        {"F16", DType::float16},  {"BF16", DType::bfloat16}, {"F32", DType::float32},
+        {"F64", DType::float64},  {"C64", DType::complex64}, {"F8_E4M3", DType::float8_e4m3fn},
+        {"F8_E5M2", DType::float8_e5m2}};
+    for (const auto& [n, d] : k_names)
+        if (n == name) return d;
+    return std::nullopt;
+}
+
+bool sniff_safetensors(ByteView file) {
+    if (file.size < 10) return false;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | file.data[i];
+    return n >= 2 && n <= file.size - 8 && file.data[8] == '{';
+}
+
+SafetensorsHeader read_safetensors(ByteView file) {
+    SafetensorsHeader h;
+    if (file.size < 8) broken("file shorter than the 8-byte header length");
+    for (int i = 7; i >= 0; --i) h.header_size = (h.header_size << 8) | file.data[i];
+    if (h.header_size > k_safetensors_max_header)
+        throw Error(ErrorKind::limit, "", "safetensors: header of " + std::to_string(h.header_size) +
+                                              " bytes, over the format's limit of 100,000,000", 0);
+    if (h.header_size > file.size - 8)
+        broken("header length " + std::to_string(h.header_size) + " runs past the end of the file (" +
+                   std::to_string(file.size) + " bytes; truncated?)", 0);
+    const uint8_t* text = file.data + 8;
+    bool duplicate = false;
+    std::string duplicate_name;
+    std::unordered_set<std::string> names;
+    nlohmann::ordered_json j;  // header order is the order tensors are listed in
+    try {
+        j = nlohmann::ordered_json::parse(
+            text, text + h.header_size,
+            [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+                if (depth == 1 && event == nlohmann::ordered_json::parse_event_t::key &&
+                    !names.insert(parsed.get<std::string>()).second && !duplicate) {
+                    duplicate = true;
+                    duplicate_name = parsed.get<std::string>();
+                }
+                return true;
+            });
+    } catch (const nlohmann::ordered_json::parse_error& e) {
+        broken("header is not valid JSON (at header byte " + std::to_string(e.byte) + ")", 8);
+    }
+    if (!j.is_object()) broken("header is not a JSON object", 8);
+    if (duplicate) broken("name \"" + duplicate_name + "\" appears twice in the header", 8);
+
+    uint64_t buffer = 8 + h.header_size;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& name = it.key();
+        const nlohmann::ordered_json& v = it.value();
+        if (name == "__metadata__") {
+            if (!v.is_object()) broken("__metadata__ is not an object of strings (a tensor named __metadata__?)", 8);
+            for (auto m = v.begin(); m != v.end(); ++m) {
+                if (!m.value().is_string()) broken("__metadata__[\"" + m.key() + "\"] is not a string", 8);
+                h.metadata.push_back({m.key(), m.value().get<std::string>()});
+            }
+            continue;
+        }
+        auto where = [&](const std::string& what) { broken("tensor \"" + name + "\": " + what, 8); };
+        if (!v.is_object()) where("entry is not an object");
+        if (!v.contains("dtype") || !v["dtype"].is_string()) where("no \"dtype\" string");
+        if (!v.contains("shape") || !v["shape"].is_array()) where("no \"shape\" list");
+        if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
+            where("no \"data_offsets\" pair");
+        SafetensorsTensor t;
+        t.name = name;
+        std::string dt = v["dtype"].get<std::string>();
+        auto d = dtype_from_safetensors(dt);
+        if (!d) throw Error(ErrorKind::unsupported, "", "safetensors: tensor \"" + name + "\": unknown dtype \"" + dt + "\"", 8);
+        t.dtype = *d;
+        t.numel = 1;
+        for (const auto& dim : v["shape"]) {
+            if (!dim.is_number_unsigned()) where("\"shape\" holds something other than non-negative integers");
+            uint64_t n = dim.get<uint64_t>();
+            if (n > static_cast<uint64_t>(INT64_MAX)) where("dimension too large");
+            auto p = checked_mul(t.numel, n);
+            if (!p) where("element count overflows");
+            t.numel = *p;
+            t.shape.push_back(static_cast<int64_t>(n));
+        }
+        const auto& off = v["data_offsets"];
+        if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) where("\"data_offsets\" are not non-negative integers");
+        uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+        auto bytes = checked_mul(t.numel, dtype_size(t.dtype));
+        if (!bytes || e < b || e - b != *bytes)
+            where("data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") hold " +
+                  std::to_string(e >= b ? e - b : 0) + " bytes, but " + std::to_string(t.numel) + " × " + dt +
+                  " needs " + (bytes ? std::to_string(*bytes) : std::string("more than 2^64")));
+        auto fb = checked_add(buffer, b), fe = checked_add(buffer, e);
+        if (!fb || !fe || *fe > file.size)
+            where("data_offsets run past the end of the file (truncated?)");
+        t.begin = *fb;
+        t.end = *fe;
+        h.tensors.push_back(std::move(t));
+    }
+
+    // The tensors tile the buffer exactly: sorted by offset, each begins where the previous ended.
+    std::vector<const SafetensorsTensor*> by_offset;
+    for (const auto& t : h.tensors) by_offset.push_back(&t);
+    std::stable_sort(by_offset.begin(), by_offset.end(), [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
+        return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+    uint64_t at = buffer;
+    for (const SafetensorsTensor* t : by_offset) {
+        if (t->begin > at) broken("gap in the data buffer before tensor \"" + t->name + "\" (bytes " +
+                                      std::to_string(at - buffer) + " to " + std::to_string(t->begin - buffer) + ")", at);
+        if (t->begin < at) broken("tensor \"" + t->name + "\" overlaps the tensor before it", t->begin);
+        at = t->end;
+    }
+    if (at != file.size)
+        broken(std::to_string(file.size - at) + " bytes after the last tensor: the buffer does not end at the end of the file", at);
+    return h;
+}
+
+}  // namespace ckpt
