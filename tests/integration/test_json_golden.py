@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Locks the JSON contract: `inspect --json` of the shipped samples equals the committed golden
-files (tool.version aside) and satisfies docs/schema/inspect.schema.json's required fields and
-types. Usage: test_json_golden.py --tool PATH [--update]"""
+"""Locks the JSON contract: the --json output of every command on the shipped samples equals the
+committed golden files (tool.version aside) and satisfies its docs/schema/COMMAND.schema.json's
+required fields and types. Usage: test_json_golden.py --tool PATH [--update]"""
 import argparse
 import json
 import os
@@ -9,7 +9,14 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SAMPLES = ["resnet_ddp.pth", "training.pth"]
+# (golden file, command line, expected exit code); paths relative to the repository.
+CASES = [
+    ("resnet_ddp.pth.inspect.json", ["inspect", "data/resnet_ddp.pth"], 0),
+    ("training.pth.inspect.json", ["inspect", "data/training.pth"], 0),
+    ("resnet_ddp.pth.diff-keys.json", ["diff-keys", "data/resnet_ddp.pth", "data/training.pth"], 1),
+    ("resnet_ddp.pth.strip-prefix.json", ["strip-prefix", "data/resnet_ddp.pth", "--dry-run"], 0),
+    ("training.pth.verify.json", ["verify", "data/training.pth", "--all"], 0),
+]
 TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool,
          "null": type(None)}
 
@@ -44,20 +51,20 @@ def main():
     ap.add_argument("--tool", required=True)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
-    with open(os.path.join(ROOT, "docs", "schema", "inspect.schema.json")) as f:
-        schema = json.load(f)
     passed = failed = 0
-    for sample in SAMPLES:
-        run = subprocess.run([args.tool, "inspect", "data/" + sample, "--json"], cwd=ROOT,
-                             capture_output=True, text=True)
+    for golden_name, argv, want_rc in CASES:
+        run = subprocess.run([args.tool] + argv + ["--json"], cwd=ROOT, capture_output=True, text=True)
         problems = []
-        if run.returncode != 0:
-            problems.append("exit %d: %s" % (run.returncode, run.stderr))
+        sample = " ".join(argv)
+        if run.returncode != want_rc:
+            problems.append("exit %d (expected %d): %s" % (run.returncode, want_rc, run.stderr))
         else:
             got = json.loads(run.stdout)
+            with open(os.path.join(ROOT, "docs", "schema", argv[0] + ".schema.json")) as f:
+                schema = json.load(f)
             check_schema(got, schema, schema.get("$defs", {}), "$", problems)
             got["tool"]["version"] = "*"
-            golden = os.path.join(ROOT, "tests", "golden", sample + ".inspect.json")
+            golden = os.path.join(ROOT, "tests", "golden", golden_name)
             if args.update:
                 with open(golden, "w") as f:
                     json.dump(got, f, indent=2, ensure_ascii=False)
