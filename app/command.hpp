@@ -30,5 +30,6 @@ Runner setup_inspect(CLI::App& sub, const GlobalOptions& global);
 Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global);
 Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
+Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
 
 }  // namespace app

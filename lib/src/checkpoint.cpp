@@ -66,6 +66,13 @@ RecordData Checkpoint::record_data(size_t i) const {
     return RecordData(*m_file->view().sub(begin, end - begin));
 }
 
+std::optional<uint64_t> Checkpoint::record_file_offset(size_t i) const {
+    if (!m_zip) return m_record_ranges[i].first;
+    const ZipEntry& e = m_zip->entries()[i];
+    if (e.method != 0) return std::nullopt;
+    return m_zip->data_offset(e, m_file->fd());
+}
+
 std::optional<size_t> Checkpoint::record_index(const std::string& name) const {
     auto it = m_record_by_name.find(name);
     if (it == m_record_by_name.end()) return std::nullopt;

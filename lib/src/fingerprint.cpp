@@ -349,22 +349,12 @@ void for_each_run(const TensorInfo& t, F&& f) {
     }
 }
 
-// `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
-// the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
-TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
-                       uint32_t* crc = nullptr) {
-    Decoder decode = decoder_for(dtype);
-    size_t esz = static_cast<size_t>(dtype_size(dtype));
-    Accumulator acc;
-    Hasher hash;
-    std::vector<double> numbers(2 * k_chunk);
+// Hands `consume(p, n)` the elements in row-major order, at most k_chunk at a time: contiguous
+// runs as pointers into `base`, strided ones gathered into a buffer first.
+template <class Consume>
+void for_each_chunk(const TensorInfo& t, const uint8_t* base, size_t esz, Consume&& consume) {
     std::vector<uint8_t> gathered;
-    auto consume = [&](const uint8_t* p, size_t n) {
-        if (crc) *crc = crc32_of({p, n * esz}, *crc);
-        hash.update(p, n * esz);
-        if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
-    };
-    auto run = [&](int64_t first, int64_t n, int64_t step) {
+    for_each_run(t, [&](int64_t first, int64_t n, int64_t step) {
         for (int64_t done = 0; done < n;) {
             size_t m = static_cast<size_t>(std::min<int64_t>(n - done, static_cast<int64_t>(k_chunk)));
             const uint8_t* p = base + static_cast<uint64_t>(first + done * step) * esz;
@@ -377,9 +367,34 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
             }
             done += static_cast<int64_t>(m);
         }
+    });
+}
+
+template <class Consume>
+void consume_contiguous(const uint8_t* p, uint64_t count, size_t esz, Consume&& consume) {
+    for (uint64_t done = 0; done < count;) {
+        size_t m = static_cast<size_t>(std::min<uint64_t>(count - done, k_chunk));
+        consume(p + done * esz, m);
+        done += m;
+    }
+}
+
+// `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
+// the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
+TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
+                       uint32_t* crc = nullptr) {
+    Decoder decode = decoder_for(dtype);
+    size_t esz = static_cast<size_t>(dtype_size(dtype));
+    Accumulator acc;
+    Hasher hash;
+    std::vector<double> numbers(2 * k_chunk);
+    auto consume = [&](const uint8_t* p, size_t n) {
+        if (crc) *crc = crc32_of({p, n * esz}, *crc);
+        hash.update(p, n * esz);
+        if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
     };
-    if (view) for_each_run(*view, run);
-    else run(0, static_cast<int64_t>(count), 1);
+    if (view) for_each_chunk(*view, base, esz, consume);
+    else consume_contiguous(base, count, esz, consume);
     TensorStats s;
     if (decode) acc.finish(s);
     s.hash = hash.hex();
@@ -402,6 +417,14 @@ bool whole_record(const TensorInfo& t, ByteView record) {
     return t.contiguous() && t.storage_offset == 0 && t.nbytes() == record.size;
 }
 }  // namespace
+
+void for_each_logical_bytes(const TensorInfo& t, ByteView storage,
+                            const std::function<void(const uint8_t*, size_t)>& sink) {
+    uint64_t esz = dtype_size(t.dtype);
+    if (t.numel > 0 && static_cast<uint64_t>(t.storage_offset) + t.extent > storage.size / esz)
+        throw Error(ErrorKind::corrupt, "", "tensor runs past the end of its storage");
+    for_each_chunk(t, storage.data, static_cast<size_t>(esz), [&](const uint8_t* p, size_t n) { sink(p, n * esz); });
+}
 
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
     if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");

@@ -17,16 +17,25 @@ namespace {
 
 }  // namespace
 
-std::optional<DType> dtype_from_safetensors(std::string_view name) {
-    static const std::pair<std::string_view, DType> k_names[] = {
+namespace {
+const std::pair<std::string_view, DType> k_names[] = {
         {"BOOL", DType::boolean}, {"U8", DType::uint8},     {"I8", DType::int8},
         {"I16", DType::int16},    {"U16", DType::uint16},   {"I32", DType::int32},
         {"U32", DType::uint32},   {"I64", DType::int64},    {"U64", DType::uint64},
         {"F16", DType::float16},  {"BF16", DType::bfloat16}, {"F32", DType::float32},
         {"F64", DType::float64},  {"C64", DType::complex64}, {"F8_E4M3", DType::float8_e4m3fn},
         {"F8_E5M2", DType::float8_e5m2}};
+}  // namespace
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
     for (const auto& [n, d] : k_names)
         if (n == name) return d;
+    return std::nullopt;
+}
+
+std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
+    for (const auto& [n, d] : k_names)
+        if (d == dtype) return n;
     return std::nullopt;
 }
 

@@ -145,6 +145,9 @@ public:
     const std::vector<RecordInfo>& records() const { return m_records; }
     RecordData record_data(size_t record) const;
     std::optional<size_t> record_index(const std::string& name) const;
+    // Where a record's bytes start in the file, when they are stored there as they are (not
+    // DEFLATE): what the kernel can copy from without the bytes passing through this process.
+    std::optional<uint64_t> record_file_offset(size_t record) const;
     // safetensors' __metadata__ (empty for other formats).
     const std::vector<std::pair<std::string, std::string>>& metadata() const { return m_metadata; }
 

@@ -36,6 +36,10 @@ struct TensorStats {
 // The statistics of one tensor over the bytes of its storage. Throws Error(corrupt) when the
 // tensor's extent does not fit `storage` (Checkpoint::problems() says so before anyone gets here).
 TensorStats tensor_stats(const TensorInfo& t, ByteView storage);
+// The tensor's logical bytes in row-major order, handed to `sink` in pieces (views into `storage`
+// for contiguous runs, a gathered buffer for strided ones): what a writer of contiguous formats needs.
+void for_each_logical_bytes(const TensorInfo& t, ByteView storage,
+                            const std::function<void(const uint8_t*, size_t)>& sink);
 // The same for `count` elements laid out contiguously (the backend's values, a test's buffer).
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count);
 

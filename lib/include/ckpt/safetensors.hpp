@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +43,8 @@ bool sniff_safetensors(ByteView file);
 // Throws Error (corrupt / limit / unsupported) for any broken rule, with the byte offset.
 SafetensorsHeader read_safetensors(ByteView file);
 
-// safetensors' dtype names ("F32", "BF16" …) and ours.
+// safetensors' dtype names ("F32", "BF16" …) and ours, both ways (nullopt: no such type there).
 std::optional<DType> dtype_from_safetensors(std::string_view name);
+std::optional<std::string_view> safetensors_dtype_name(DType dtype);
 
 }  // namespace ckpt

@@ -1,0 +1,50 @@
+#include <iostream>
+
+#include "ckpt/convert.hpp"
+#include "ckpt/error.hpp"
+#include "command.hpp"
+
+namespace app {
+
+namespace {
+struct ConvertArgs {
+    ckpt::ConvertRequest request;
+    std::vector<std::string> metadata;
+    std::string state_dict_key;
+    bool no_verify = false, json = false;
+};
+}  // namespace
+
+Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
+    auto a = std::make_shared<ConvertArgs>();
+    ckpt::ConvertRequest& r = a->request;
+    sub.add_option("IN", r.input, "Checkpoint to convert (never modified)")->required();
+    sub.add_option("-o,--output", r.output, "The file to write")->required();
+    sub.add_option("--to", r.to, "safetensors (default: from OUT's extension)");
+    sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable)");
+    sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
+    sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
+    sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
+    sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/convert.schema.json)");
+    return [a, &global]() {
+        ckpt::ConvertRequest& rq = a->request;
+        for (const auto& kv : a->metadata) {
+            size_t eq = kv.find('=');
+            if (eq == std::string::npos || eq == 0)
+                throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--metadata " + kv + ": expected KEY=VALUE");
+            rq.metadata.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
+        }
+        if (!a->state_dict_key.empty()) rq.open.state_dict_key = a->state_dict_key;
+        rq.verify = !a->no_verify;
+        ckpt::ConvertReport report = ckpt::convert(rq);
+        if (a->json) {
+            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        } else {
+            ckpt::render_text(report, std::cout, {global.color_enabled()});
+        }
+        std::cout.flush();
+        return 0;
+    };
+}
+
+}  // namespace app

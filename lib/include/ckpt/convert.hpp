@@ -1,0 +1,46 @@
+// `convert`: a checkpoint's state dict written as safetensors (other directions: open issue).
+//
+// Tensors that are the same view of the same storage (tied weights) are written once; each alias is
+// recorded in __metadata__ as alias → kept name, as safetensors' own converter does. Views and
+// transposes are written contiguous, row-major. The header lists __metadata__ first, then the
+// tensors in data order: larger elements first, then by name (the reference writer's order), padded
+// with spaces to a multiple of 8. After writing, unless told not to, the output is read back and
+// every tensor's content hash compared with the source's; any difference and nothing is written.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/inspect.hpp"
+
+namespace ckpt {
+
+struct ConvertRequest {
+    std::string input, output;
+    std::string to;  // "safetensors" | "pth"; "" = from the output's extension
+    std::vector<std::pair<std::string, std::string>> metadata;  // --metadata K=V, added to __metadata__
+    OpenOptions open;
+    bool verify = true, force = false;
+};
+
+struct ConvertReport {
+    std::string input, output, format;
+    size_t tensors = 0;                                          // written
+    std::vector<std::pair<std::string, std::string>> deduplicated;  // alias, kept
+    std::vector<std::string> skipped;                            // non-tensor values of the state dict
+    size_t made_contiguous = 0;
+    uint64_t bytes_written = 0;
+    bool verified = false;
+};
+
+ConvertReport convert(const ConvertRequest& request);
+
+nlohmann::json to_json(const ConvertReport& r);
+void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& style);
+
+}  // namespace ckpt

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""`convert` to safetensors, with real torch on the input side and an independent reader written here
+on the output side (the format's README: u64 header length, JSON header, raw little-endian bytes):
+every dtype, tied weights (stored once, the alias in __metadata__), views and transposes (written
+contiguous), empty and 0-dim tensors, a training checkpoint's state dict, --metadata; the header
+padded to 8, __metadata__ first, tensors ordered by element size then name and tiling the buffer;
+failures exit 2 and leave no file.
+
+Usage: test_convert.py --tool PATH --work DIR
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_repair import Suite, schema_problems  # noqa: E402
+
+NAMES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8,
+         "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool,
+         "C64": torch.complex64}
+
+
+def read_safetensors(path):
+    """The independent reader: (header, {name: tensor}, raw bytes of the file)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = int.from_bytes(data[:8], "little")
+    text = data[8:8 + n]
+    header = json.loads(text, object_pairs_hook=collections.OrderedDict)
+    tensors = collections.OrderedDict()
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = bytearray(data[8 + n + b:8 + n + end])
+        dt = NAMES[e["dtype"]]
+        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+        tensors[name] = t.view(dt).reshape(e["shape"]) if raw else torch.zeros(e["shape"], dtype=dt)
+    return header, tensors, data, n
+
+
+def same_bits(a, b):
+    a, b = a.contiguous(), b.contiguous()
+    return a.dtype == b.dtype and a.shape == b.shape and (
+        a.numel() == 0 or torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
+def test_convert(s):
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(6, 8, generator=g, dtype=torch.float64)
+    sd = collections.OrderedDict()
+    for name, dt in NAMES.items():
+        if dt.is_complex:
+            sd["t_" + name] = torch.complex(base.float(), -base.float())
+        elif dt == torch.bool:
+            sd["t_" + name] = base > 0
+        elif dt.is_floating_point:
+            sd["t_" + name] = base.to(dt)
+        else:
+            sd["t_" + name] = (base * 10).to(dt)
+    emb = torch.randn(10, 4, generator=g)
+    sd["embed.weight"] = emb
+    sd["lm_head.weight"] = emb          # tied: same storage, same view
+    sd["transposed"] = base.float().t()  # a view: written contiguous
+    sd["slice"] = base.float()[2:5, 1:7]
+    sd["empty"] = torch.zeros(0, 3)
+    sd["scalar"] = torch.tensor(1.5)
+    src = s.path("model.pth")
+    torch.save(sd, src)
+    out = s.path("model.safetensors")
+    r = s.run("convert", src, "-o", out, "--metadata", "source=test", "--json")
+    if not s.check(r.returncode == 0, "convert: exit %d %s" % (r.returncode, r.stderr.strip())):
+        return
+    rep = json.loads(r.stdout)
+    s.check(not schema_problems(rep), "convert JSON vs schema: %s" % schema_problems(rep))
+    s.check(rep["verified"] and rep["deduplicated"] == [{"alias": "lm_head.weight", "kept": "embed.weight"}]
+            and rep["made_contiguous"] == 2 and rep["bytes_written"] == os.path.getsize(out), "report: %s" % rep)
+    header, tensors, data, n = read_safetensors(out)
+    s.check((8 + n) % 8 == 0 and data[8 + n - 1:8 + n] in (b" ", b"}"), "header not padded to 8: %d" % n)
+    s.check(list(header.keys())[0] == "__metadata__", "__metadata__ not first")
+    s.check(header["__metadata__"] == {"format": "pt", "lm_head.weight": "embed.weight", "source": "test"},
+            "metadata: %s" % header["__metadata__"])
+    want_names = [k for k in sd if k != "lm_head.weight"]
+    s.check(sorted(tensors) == sorted(want_names), "names: %s" % sorted(tensors))
+    for k in want_names:
+        s.check(k in tensors and same_bits(tensors[k], sd[k]), "%s: bytes differ from torch's" % k)
+    # data order: larger elements first, then by name; offsets tile the buffer
+    entries = [(k, e) for k, e in header.items() if k != "__metadata__"]
+    order = sorted(entries, key=lambda kv: kv[1]["data_offsets"][0])
+    sizes = [torch.tensor([], dtype=NAMES[e["dtype"]]).element_size() for _, e in order]
+    s.check(all(sizes[i] >= sizes[i + 1] for i in range(len(sizes) - 1)), "not ordered by element size: %s" % sizes)
+    at = 0
+    for _, e in order:
+        s.check(e["data_offsets"][0] == at, "gap or overlap at %d" % at)
+        at = e["data_offsets"][1]
+    s.check(8 + n + at == len(data), "buffer does not end at the end of the file")
+    # our own reader agrees
+    rc = s.run("verify", out, "--json")
+    s.check(rc.returncode == 0, "verify of the output: exit %d" % rc.returncode)
+
+    # A training checkpoint: its state dict only.
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 1}, s.path("train.pth"))
+    r = s.run("convert", s.path("train.pth"), "-o", s.path("train.safetensors"), "--state-dict-key", "model")
+    if s.check(r.returncode == 0, "training checkpoint: exit %d %s" % (r.returncode, r.stderr)):
+        _, t, _, _ = read_safetensors(s.path("train.safetensors"))
+        s.check(sorted(t) == ["bias", "weight"] and same_bits(t["weight"], model.weight.detach()), "training: %s" % sorted(t))
+
+    # Failures: exit 2, one line, no file.
+    torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, s.path("c128.pth"))
+    for what, args, output in [
+        ("complex128", ["convert", s.path("c128.pth"), "-o", s.path("c128.safetensors")], s.path("c128.safetensors")),
+        ("exists", ["convert", src, "-o", out], None),
+        ("to pth", ["convert", src, "-o", s.path("back.pth")], s.path("back.pth")),
+        ("unknown extension", ["convert", src, "-o", s.path("x.data")], s.path("x.data")),
+        ("missing directory", ["convert", src, "-o", s.path("no/dir/x.safetensors")], s.path("no/dir/x.safetensors")),
+    ]:
+        r = s.run(*args)
+        s.check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == "",
+                "%s: exit %d %r" % (what, r.returncode, r.stderr))
+        if output:
+            s.check(not os.path.exists(output), "%s: output written" % what)
+    s.check(not [f for f in os.listdir(s.work) if f.endswith(".tmp")], "temporaries left")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    if os.path.exists(args.work):
+        shutil.rmtree(args.work)
+    os.makedirs(args.work)
+    s = Suite(os.path.abspath(args.tool), os.path.abspath(args.work))
+    test_convert(s)
+    print("%d passed, %d failed" % (s.passed, len(s.failures)))
+    return 1 if s.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
