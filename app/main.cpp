@@ -51,9 +51,10 @@ const Command k_commands[] = {
      "  ckpt-tool verify ckpt.pth ckpt.fp.json --rtol 1e-5\n"
      "  ckpt-tool verify rank0.pth rank1.pth --exact",
      setup_verify},
-    {"convert", "Write a checkpoint's state dict as safetensors: tied tensors stored once (aliases in "
-                "__metadata__), views made contiguous, the output read back and compared before it is kept.",
+    {"convert", "Write a checkpoint's state dict as safetensors (tied tensors once, aliases in __metadata__, "
+                "views contiguous), or safetensors as a .pth; every output read back and compared before it is kept.",
      "  ckpt-tool convert model.pth -o model.safetensors\n"
+     "  ckpt-tool convert model.safetensors -o model.pth\n"
      "  ckpt-tool convert ckpt.pth --state-dict-key model -o model.safetensors --metadata source=run42",
      setup_convert},
 };

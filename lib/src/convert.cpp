@@ -12,6 +12,8 @@
 #include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/mapped_file.hpp"
+#include "ckpt/pickle_writer.hpp"
+#include "ckpt/zip_writer.hpp"
 #include "ckpt/report.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
@@ -42,6 +44,83 @@ struct Planned {
     uint64_t begin = 0, end = 0;  // offsets in the data buffer
 };
 
+// safetensors → pth: an OrderedDict of tensors, written the way torch.save writes a state dict (a
+// STORED, 64-byte aligned zip: ROOT/data.pkl, ROOT/data/N, ROOT/version). The aliases safetensors'
+// converters record in __metadata__ (alias → kept name) become shared storage again.
+void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r) {
+    std::string base = rq.output.substr(rq.output.rfind('/') == std::string::npos ? 0 : rq.output.rfind('/') + 1);
+    std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
+    std::vector<PickledTensor> pickled;
+    std::unordered_map<std::string, size_t> by_name;
+    for (const auto& e : c.state_dict().entries) {
+        const TensorInfo& t = c.tensors()[*c.entries()[e.entry].tensor];
+        by_name.emplace(e.name, pickled.size());
+        pickled.push_back({e.name, std::to_string(pickled.size()), t.dtype, t.numel, 0, t.shape, t.stride});
+    }
+    size_t stored = pickled.size();
+    for (const auto& [alias, kept] : c.metadata()) {
+        auto it = by_name.find(kept);
+        if (it == by_name.end() || by_name.count(alias)) continue;  // not an alias: other metadata
+        PickledTensor a = pickled[it->second];
+        a.name = alias;
+        pickled.push_back(a);
+        r.deduplicated.push_back({alias, kept});
+    }
+    std::string pkl = state_dict_pickle(pickled);
+    ZipWriter w(out.fd(), rq.output);
+    ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
+    w.add(root + "/data.pkl", pv, crc32_of(pv));
+    for (size_t i = 0; i < stored; ++i) {
+        const TensorInfo& t = c.tensors()[*c.entries()[c.state_dict().entries[i].entry].tensor];
+        size_t record = *c.record_index(c.storages()[t.storage].record);
+        RecordData data = c.record_data(record);  // a view into the mapping: its CRC reads it once
+        w.add_copy(root + "/data/" + std::to_string(i), c.file().fd(), *c.record_file_offset(record), data.view().size,
+                   crc32_of(data.view()));
+        c.file().release(data.view());
+    }
+    static const uint8_t version[] = {'3', '\n'};
+    w.add(root + "/version", {version, 2}, crc32_of({version, 2}));
+    r.tensors = stored;
+    r.bytes_written = w.finish();
+}
+
+// The output opened again by the same checking readers as any input, and every tensor's content
+// hash compared with the source's (aliases with the tensor they alias).
+void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r) {
+    if (!rq.verify) return;
+    auto fail = [&](const std::string& why) {
+        throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
+    };
+    std::unique_ptr<Checkpoint> back;
+    try {
+        back = Checkpoint::open(out.temp_path());
+    } catch (const Error& e) {
+        fail(e.message());
+    }
+    ScanOptions so;
+    Fingerprint want = fingerprint(c, so), got = fingerprint(*back, so);
+    std::unordered_map<std::string, const TensorPrint*> src, dst;
+    for (const auto& t : want.tensors) src.emplace(t.key, &t);
+    for (const auto& t : got.tensors) dst.emplace(t.key, &t);
+    std::unordered_map<std::string, std::string> alias_of;
+    for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
+    auto source = [&](const std::string& name) -> const TensorPrint* {
+        auto a = alias_of.find(name);
+        auto it = src.find(a == alias_of.end() ? name : a->second);
+        return it == src.end() ? nullptr : it->second;
+    };
+    size_t expected = 0;
+    for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_of.count(t.key));
+    if (r.format == "pth") expected += r.deduplicated.size();
+    if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
+    for (const auto& t : got.tensors) {
+        const TensorPrint* s = source(t.key);
+        if (!s) fail(t.key + " is not in the input");
+        if (s->dtype != t.dtype || s->shape != t.shape || s->stats.hash != t.stats.hash) fail(t.key + " differs");
+    }
+    r.verified = true;
+}
+
 }  // namespace
 
 ConvertReport convert(const ConvertRequest& rq) {
@@ -49,8 +128,6 @@ ConvertReport convert(const ConvertRequest& rq) {
     r.input = rq.input;
     r.output = rq.output;
     r.format = target_format(rq);
-    if (r.format != "safetensors")
-        throw Error(ErrorKind::unsupported, rq.output, "writing .pth files is not supported yet (only pth → safetensors)");
     struct stat st {};
     if (::stat(rq.output.c_str(), &st) == 0) {
         struct stat in {};
@@ -65,6 +142,15 @@ ConvertReport convert(const ConvertRequest& rq) {
     const StateDict& sd = c->state_dict();
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
+    if (r.format == "pth") {
+        if (c->format() != Format::safetensors)
+            throw Error(ErrorKind::unsupported, rq.output, "writing .pth from a .pth (--weights-only) is not supported yet");
+        AtomicFile out(rq.output);
+        write_pth(*c, rq, out, r);
+        verify_written(*c, rq, out, r);
+        out.commit(rq.force);
+        return r;
+    }
     if (sd.kind == StateDictKind::dict)
         for (size_t i = 0; i < sd.value->dict_size(); ++i)
             if (sd.value->dict_key(i)->kind == ValueKind::string && sd.value->dict_value(i)->kind != ValueKind::tensor)
@@ -137,31 +223,7 @@ ConvertReport convert(const ConvertRequest& rq) {
     r.tensors = planned.size();
     r.bytes_written = base + at;
 
-    if (rq.verify) {
-        auto fail = [&](const std::string& why) {
-            throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
-        };
-        std::unique_ptr<Checkpoint> back;
-        try {
-            back = Checkpoint::open(out.temp_path());
-        } catch (const Error& e) {
-            fail(e.message());
-        }
-        ScanOptions so;
-        Fingerprint want = fingerprint(*c, so), got = fingerprint(*back, so);
-        std::unordered_map<std::string, const TensorPrint*> by_name;
-        for (const auto& t : got.tensors) by_name.emplace(t.key, &t);
-        if (got.tensors.size() != planned.size()) fail("tensor count");
-        for (const auto& t : want.tensors) {
-            bool alias = std::any_of(r.deduplicated.begin(), r.deduplicated.end(), [&](const auto& d) { return d.first == t.key; });
-            if (alias) continue;
-            auto it = by_name.find(t.key);
-            if (it == by_name.end()) fail(t.key + " is missing");
-            if (it->second->dtype != t.dtype || it->second->shape != t.shape || it->second->stats.hash != t.stats.hash)
-                fail(t.key + " differs");
-        }
-        r.verified = true;
-    }
+    verify_written(*c, rq, out, r);
     out.commit(rq.force);
     return r;
 }
@@ -191,7 +253,9 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
         << ", " << human_bytes(r.bytes_written) << (r.verified ? ", read back and equal" : ", not verified (--no-verify)")
         << "\n";
     for (const auto& [alias, kept] : r.deduplicated)
-        out << "  " << alias << paint("2", " = ") << kept << " (shared storage: stored once, alias in __metadata__)\n";
+        out << "  " << alias << paint("2", " = ") << kept
+            << (r.format == "pth" ? " (an alias in __metadata__: one storage again)\n"
+                                  : " (shared storage: stored once, alias in __metadata__)\n");
     if (r.made_contiguous) out << "  " << r.made_contiguous << " views written contiguous\n";
     for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << s << " (not a tensor)\n";
 }

@@ -66,6 +66,8 @@ std::optional<DType> dtype_from_name(std::string_view name) {
     return std::nullopt;
 }
 
+std::string_view storage_class_of(DType d) { return d == DType::untyped ? "" : info(d).storage_class; }
+
 std::optional<DType> dtype_from_storage_class(std::string_view name) {
     for (const auto& i : k_dtypes)
         if (!i.storage_class.empty() && i.storage_class == name) return i.dtype;

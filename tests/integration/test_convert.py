@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`convert` to safetensors, with real torch on the input side and an independent reader written here
+"""`convert` to safetensors and back, with real torch on the pth side and an independent reader written here
 on the output side (the format's README: u64 header length, JSON header, raw little-endian bytes):
 every dtype, tied weights (stored once, the alias in __metadata__), views and transposes (written
 contiguous), empty and 0-dim tensors, a training checkpoint's state dict, --metadata; the header
@@ -104,6 +104,40 @@ def test_convert(s):
     rc = s.run("verify", out, "--json")
     s.check(rc.returncode == 0, "verify of the output: exit %d" % rc.returncode)
 
+    # Back to .pth: an OrderedDict torch.load(weights_only=True) reads, equal bit for bit, the tie restored.
+    back = s.path("back.pth")
+    r = s.run("convert", out, "-o", back, "--json")
+    if s.check(r.returncode == 0, "safetensors → pth: exit %d %s" % (r.returncode, r.stderr.strip())):
+        rep = json.loads(r.stdout)
+        s.check(not schema_problems(rep) and rep["format"] == "pth" and rep["verified"], "pth report: %s" % rep)
+        got = torch.load(back, weights_only=True)
+        s.check(type(got) is collections.OrderedDict and sorted(got) == sorted(sd), "pth keys: %s" % sorted(got))
+        for k in sd:
+            s.check(k in got and same_bits(got[k], sd[k]), "%s differs after the round trip" % k)
+        s.check(got["embed.weight"].data_ptr() == got["lm_head.weight"].data_ptr(), "tie not restored")
+        import zipfile
+        with zipfile.ZipFile(back) as z:
+            s.check(z.testzip() is None and all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist()), "pth zip")
+    # A real model through both conversions, loaded with strict=True.
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(20, 6)
+            self.norm = torch.nn.BatchNorm1d(6)
+            self.head = torch.nn.Linear(6, 20, bias=False)
+            self.head.weight = self.embed.weight
+    m = Tied()
+    torch.save(m.state_dict(), s.path("tied.pth"))
+    r1 = s.run("convert", s.path("tied.pth"), "-o", s.path("tied.safetensors"))
+    r2 = s.run("convert", s.path("tied.safetensors"), "-o", s.path("tied.back.pth"))
+    if s.check(r1.returncode == 0 and r2.returncode == 0, "tied model: %s %s" % (r1.stderr, r2.stderr)):
+        fresh = Tied()
+        try:
+            fresh.load_state_dict(torch.load(s.path("tied.back.pth"), weights_only=True), strict=True)
+            s.check(all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), m.state_dict().values())), "values")
+        except Exception as e:  # noqa: BLE001
+            s.check(False, "load_state_dict(strict=True) after the round trip: %s" % str(e).splitlines()[0])
+
     # A training checkpoint: its state dict only.
     model = torch.nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -118,7 +152,7 @@ def test_convert(s):
     for what, args, output in [
         ("complex128", ["convert", s.path("c128.pth"), "-o", s.path("c128.safetensors")], s.path("c128.safetensors")),
         ("exists", ["convert", src, "-o", out], None),
-        ("to pth", ["convert", src, "-o", s.path("back.pth")], s.path("back.pth")),
+        ("pth to pth", ["convert", src, "-o", s.path("again.pth")], s.path("again.pth")),
         ("unknown extension", ["convert", src, "-o", s.path("x.data")], s.path("x.data")),
         ("missing directory", ["convert", src, "-o", s.path("no/dir/x.safetensors")], s.path("no/dir/x.safetensors")),
     ]:

@@ -1,4 +1,5 @@
-// `convert`: a checkpoint's state dict written as safetensors (other directions: open issue).
+// `convert`: a checkpoint's state dict written as safetensors, and safetensors written as a torch.save
+// state dict (pth → pth, casts and shards: open issue).
 //
 // Tensors that are the same view of the same storage (tied weights) are written once; each alias is
 // recorded in __metadata__ as alias → kept name, as safetensors' own converter does. Views and

@@ -22,6 +22,8 @@ uint64_t dtype_size(DType d);                      // bytes per element (1 for u
 std::optional<DType> dtype_from_name(std::string_view name);  // "float32", also "float", "half" …
 // The element type of a storage class ("FloatStorage" → float32); nullopt for unknown names.
 std::optional<DType> dtype_from_storage_class(std::string_view name);
+// The typed storage class torch.save names for a dtype ("FloatStorage"), "" when there is none.
+std::string_view storage_class_of(DType d);
 bool dtype_is_floating(DType d);
 
 }  // namespace ckpt
