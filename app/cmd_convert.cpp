@@ -23,6 +23,8 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--to", r.to, "safetensors or pth (default: from OUT's extension)");
     sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable)");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
+    sub.add_flag("--weights-only", r.weights_only,
+                 "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed)");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/convert.schema.json)");

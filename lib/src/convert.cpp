@@ -44,20 +44,37 @@ struct Planned {
     uint64_t begin = 0, end = 0;  // offsets in the data buffer
 };
 
-// safetensors → pth: an OrderedDict of tensors, written the way torch.save writes a state dict (a
-// STORED, 64-byte aligned zip: ROOT/data.pkl, ROOT/data/N, ROOT/version). The aliases safetensors'
-// converters record in __metadata__ (alias → kept name) become shared storage again.
+// A state dict as torch.save writes one (a STORED, 64-byte aligned zip: ROOT/data.pkl, ROOT/data/N,
+// ROOT/version): from safetensors, or the state dict of a training checkpoint (--weights-only),
+// every tensor keeping its storage, offset and strides (tied weights and views stay shared). The
+// aliases safetensors' converters record in __metadata__ (alias → kept name) become shared storage
+// again.
 void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r) {
     std::string base = rq.output.substr(rq.output.rfind('/') == std::string::npos ? 0 : rq.output.rfind('/') + 1);
     std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
     std::vector<PickledTensor> pickled;
     std::unordered_map<std::string, size_t> by_name;
+    std::unordered_map<size_t, size_t> key_of_storage;  // input storage → its record in the output
+    std::vector<size_t> storages;
+    std::unordered_map<size_t, DType> untyped_as;        // untyped storages get their tensors' dtype
     for (const auto& e : c.state_dict().entries) {
         const TensorInfo& t = c.tensors()[*c.entries()[e.entry].tensor];
+        const StorageInfo& st = c.storages()[t.storage];
+        auto [it, fresh] = key_of_storage.emplace(t.storage, storages.size());
+        if (fresh) storages.push_back(t.storage);
+        uint64_t numel = st.numel;
+        if (st.dtype == DType::untyped) {
+            auto [u, first] = untyped_as.emplace(t.storage, t.dtype);
+            if (!first && u->second != t.dtype)
+                throw Error(ErrorKind::unsupported, rq.input, "storage " + st.key + " is viewed as " +
+                                                                  std::string(dtype_name(u->second)) + " and as " +
+                                                                  std::string(dtype_name(t.dtype)) + ": a typed storage cannot hold both");
+            numel = st.record_size / dtype_size(t.dtype);
+        }
         by_name.emplace(e.name, pickled.size());
-        pickled.push_back({e.name, std::to_string(pickled.size()), t.dtype, t.numel, 0, t.shape, t.stride});
+        pickled.push_back({e.name, std::to_string(it->second), t.dtype, numel, t.storage_offset, t.shape, t.stride});
     }
-    size_t stored = pickled.size();
+    size_t named = pickled.size();
     for (const auto& [alias, kept] : c.metadata()) {
         auto it = by_name.find(kept);
         if (it == by_name.end() || by_name.count(alias)) continue;  // not an alias: other metadata
@@ -70,17 +87,24 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
     ZipWriter w(out.fd(), rq.output);
     ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
     w.add(root + "/data.pkl", pv, crc32_of(pv));
-    for (size_t i = 0; i < stored; ++i) {
-        const TensorInfo& t = c.tensors()[*c.entries()[c.state_dict().entries[i].entry].tensor];
-        size_t record = *c.record_index(c.storages()[t.storage].record);
-        RecordData data = c.record_data(record);  // a view into the mapping: its CRC reads it once
-        w.add_copy(root + "/data/" + std::to_string(i), c.file().fd(), *c.record_file_offset(record), data.view().size,
-                   crc32_of(data.view()));
+    for (size_t i = 0; i < storages.size(); ++i) {
+        size_t record = *c.record_index(c.storages()[storages[i]].record);
+        const RecordInfo& rec = c.records()[record];
+        std::string name = root + "/data/" + std::to_string(i);
+        auto at = c.record_file_offset(record);
+        if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
+            w.add_copy(name, c.file().fd(), *at, rec.size, rec.crc32);
+            continue;
+        }
+        RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
+        uint32_t crc = rec.has_crc ? rec.crc32 : crc32_of(data.view());
+        if (at) w.add_copy(name, c.file().fd(), *at, rec.size, crc);
+        else w.add(name, data.view(), crc);
         c.file().release(data.view());
     }
+    r.tensors = named;
     static const uint8_t version[] = {'3', '\n'};
     w.add(root + "/version", {version, 2}, crc32_of({version, 2}));
-    r.tensors = stored;
     r.bytes_written = w.finish();
 }
 
@@ -143,8 +167,15 @@ ConvertReport convert(const ConvertRequest& rq) {
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
     if (r.format == "pth") {
-        if (c->format() != Format::safetensors)
-            throw Error(ErrorKind::unsupported, rq.output, "writing .pth from a .pth (--weights-only) is not supported yet");
+        if (c->format() != Format::safetensors && !rq.weights_only)
+            throw Error(ErrorKind::unsupported, rq.output,
+                        "pth → pth keeps the whole checkpoint: without --weights-only (or a --dtype, not supported yet) "
+                        "there is nothing to convert");
+        if (c->format() != Format::safetensors && c->root()->kind == ValueKind::dict)
+            for (size_t i = 0; i < c->root()->dict_size(); ++i) {
+                std::string k = key_part(c->root()->dict_key(i));
+                if (k != sd.path && sd.path.rfind(k + ".", 0) != 0) r.dropped.push_back(k);
+            }
         AtomicFile out(rq.output);
         write_pth(*c, rq, out, r);
         verify_written(*c, rq, out, r);
@@ -241,6 +272,7 @@ nlohmann::json to_json(const ConvertReport& r) {
     for (const auto& [alias, kept] : r.deduplicated) d.push_back({{"alias", alias}, {"kept", kept}});
     j["deduplicated"] = std::move(d);
     j["skipped"] = r.skipped;
+    j["dropped"] = r.dropped;
     j["made_contiguous"] = r.made_contiguous;
     j["bytes_written"] = r.bytes_written;
     j["verified"] = r.verified;
@@ -258,6 +290,11 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
                                   : " (shared storage: stored once, alias in __metadata__)\n");
     if (r.made_contiguous) out << "  " << r.made_contiguous << " views written contiguous\n";
     for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << s << " (not a tensor)\n";
+    if (!r.dropped.empty()) {
+        out << "  " << paint("33", "dropped") << " (--weights-only):";
+        for (const auto& d : r.dropped) out << " " << d;
+        out << "\n";
+    }
 }
 
 }  // namespace ckpt

@@ -26,6 +26,15 @@ NAMES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16
          "C64": torch.complex64}
 
 
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 6)
+        self.norm = torch.nn.BatchNorm1d(6)
+        self.head = torch.nn.Linear(6, 20, bias=False)
+        self.head.weight = self.embed.weight
+
+
 def read_safetensors(path):
     """The independent reader: (header, {name: tensor}, raw bytes of the file)."""
     with open(path, "rb") as f:
@@ -119,13 +128,6 @@ def test_convert(s):
         with zipfile.ZipFile(back) as z:
             s.check(z.testzip() is None and all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist()), "pth zip")
     # A real model through both conversions, loaded with strict=True.
-    class Tied(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = torch.nn.Embedding(20, 6)
-            self.norm = torch.nn.BatchNorm1d(6)
-            self.head = torch.nn.Linear(6, 20, bias=False)
-            self.head.weight = self.embed.weight
     m = Tied()
     torch.save(m.state_dict(), s.path("tied.pth"))
     r1 = s.run("convert", s.path("tied.pth"), "-o", s.path("tied.safetensors"))
@@ -146,6 +148,29 @@ def test_convert(s):
     if s.check(r.returncode == 0, "training checkpoint: exit %d %s" % (r.returncode, r.stderr)):
         _, t, _, _ = read_safetensors(s.path("train.safetensors"))
         s.check(sorted(t) == ["bias", "weight"] and same_bits(t["weight"], model.weight.detach()), "training: %s" % sorted(t))
+
+    # --weights-only: a training checkpoint's state dict alone, views and ties kept as views and ties.
+    net = Tied()
+    sdm = net.state_dict()
+    sdm["view.t"] = sdm["embed.weight"].t()       # a transpose of a tied storage
+    sdm["view.row"] = sdm["embed.weight"][3]      # an offset view
+    opt = torch.optim.Adam(net.parameters())
+    import argparse as _argparse
+    torch.save({"epoch": 5, "model": sdm, "optimizer": opt.state_dict(), "args": _argparse.Namespace(lr=0.1)},
+               s.path("train_full.pth"))
+    r = s.run("convert", s.path("train_full.pth"), "--weights-only", "-o", s.path("weights.pth"), "--json")
+    if s.check(r.returncode == 0, "--weights-only: exit %d %s" % (r.returncode, r.stderr.strip())):
+        rep = json.loads(r.stdout)
+        s.check(rep["dropped"] == ["epoch", "optimizer", "args"] and rep["verified"], "--weights-only report: %s" % rep)
+        got = torch.load(s.path("weights.pth"), weights_only=True)
+        s.check(list(got) == list(sdm), "--weights-only keys: %s" % list(got))
+        for k, v in sdm.items():
+            g = got.get(k)
+            s.check(g is not None and same_bits(g, v) and g.stride() == v.stride() and g.storage_offset() == v.storage_offset(),
+                    "--weights-only %s differs (or lost its view)" % k)
+        ptr = got["embed.weight"].storage().data_ptr()
+        s.check(all(got[k].storage().data_ptr() == ptr for k in ("head.weight", "view.t", "view.row")),
+                "--weights-only: ties and views no longer share one storage")
 
     # Failures: exit 2, one line, no file.
     torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, s.path("c128.pth"))

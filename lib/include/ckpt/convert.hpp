@@ -27,6 +27,7 @@ struct ConvertRequest {
     std::vector<std::pair<std::string, std::string>> metadata;  // --metadata K=V, added to __metadata__
     OpenOptions open;
     bool verify = true, force = false;
+    bool weights_only = false;  // pth → pth: the state dict alone
 };
 
 struct ConvertReport {
@@ -34,6 +35,7 @@ struct ConvertReport {
     size_t tensors = 0;                                          // written
     std::vector<std::pair<std::string, std::string>> deduplicated;  // alias, kept
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
+    std::vector<std::string> dropped;                            // --weights-only: the top-level keys left out
     size_t made_contiguous = 0;
     uint64_t bytes_written = 0;
     bool verified = false;
