@@ -10,7 +10,7 @@ namespace {
 struct ConvertArgs {
     ckpt::ConvertRequest request;
     std::vector<std::string> metadata;
-    std::string state_dict_key;
+    std::string state_dict_key, dtype;
     bool no_verify = false, json = false;
 };
 }  // namespace
@@ -23,6 +23,9 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--to", r.to, "safetensors or pth (default: from OUT's extension)");
     sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable)");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
+    sub.add_option("--dtype", a->dtype,
+                   "bfloat16|float16|float32|float64: cast floating-point tensors (PyTorch's rounding, through the "
+                   "LibTorch backend); integer and bool tensors are never cast");
     sub.add_flag("--weights-only", r.weights_only,
                  "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed)");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
@@ -37,6 +40,13 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
             rq.metadata.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
         }
         if (!a->state_dict_key.empty()) rq.open.state_dict_key = a->state_dict_key;
+        if (!a->dtype.empty()) {
+            auto d = ckpt::dtype_from_name(a->dtype);
+            if (!d || (*d != ckpt::DType::bfloat16 && *d != ckpt::DType::float16 && *d != ckpt::DType::float32 &&
+                       *d != ckpt::DType::float64))
+                throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--dtype " + a->dtype + ": expected bfloat16, float16, float32 or float64");
+            rq.dtype = d;
+        }
         rq.verify = !a->no_verify;
         ckpt::ConvertReport report = ckpt::convert(rq);
         if (a->json) {

@@ -114,7 +114,26 @@ int stats(const char* dtype, int ndim, const int64_t* shape, const int64_t* stri
     }
 }
 
-const ckpt_torch_api k_api = {CKPT_TORCH_API_VERSION, TORCH_VERSION, load_torchscript, stats};
+int cast(const char* from, const void* src, uint64_t count, const char* to, void* dst, char* err, size_t err_size) {
+    try {
+        c10::ScalarType a, b;
+        if (!scalar_type(from, a) || !scalar_type(to, b)) {
+            set_error(err, err_size, std::string("no ATen type for ") + from + " or " + to);
+            return 1;
+        }
+        auto opts = at::TensorOptions().dtype(a);
+        at::Tensor in = at::from_blob(const_cast<void*>(src), {static_cast<int64_t>(count)}, opts);
+        at::Tensor out = at::from_blob(dst, {static_cast<int64_t>(count)}, at::TensorOptions().dtype(b));
+        out.copy_(in.to(b));
+        return 0;
+    } catch (const std::exception& e) {
+        std::string what = e.what();
+        set_error(err, err_size, what.substr(0, what.find('\n')));
+        return 1;
+    }
+}
+
+const ckpt_torch_api k_api = {CKPT_TORCH_API_VERSION, TORCH_VERSION, load_torchscript, stats, cast};
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "ckpt/zip_writer.hpp"
 #include "ckpt/report.hpp"
 #include "ckpt/safetensors.hpp"
+#include "ckpt/torch_backend.hpp"
 #include "ckpt/zip.hpp"
 
 namespace ckpt {
@@ -36,6 +38,25 @@ std::string target_format(const ConvertRequest& rq) {
     for (const char* ext : {".pth", ".pt", ".bin", ".ckpt"})
         if (ends_with(rq.output, ext)) return "pth";
     throw Error(ErrorKind::usage, rq.output, "cannot tell the format from the extension; give --to safetensors|pth");
+}
+
+bool castable(DType d) {
+    return d == DType::float32 || d == DType::float64 || d == DType::float16 || d == DType::bfloat16;
+}
+
+// The dtype a tensor is written as: --dtype for floating-point tensors, integers and bools never.
+DType out_dtype(const ConvertRequest& rq, DType d) { return rq.dtype && castable(d) ? *rq.dtype : d; }
+
+// The logical bytes of `t` cast to `to` (PyTorch's rounding, through the backend), handed to `sink`
+// a chunk at a time.
+void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
+                const std::function<void(const uint8_t*, size_t)>& sink) {
+    const TorchBackend& backend = TorchBackend::get();
+    uint64_t esz = dtype_size(t.dtype);
+    for_each_logical_bytes(t, storage, [&](const uint8_t* p, size_t n) {
+        std::vector<uint8_t> cast = backend.cast(t.dtype, {p, n}, n / esz, to);
+        sink(cast.data(), cast.size());
+    });
 }
 
 struct Planned {
@@ -72,7 +93,8 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
             numel = st.record_size / dtype_size(t.dtype);
         }
         by_name.emplace(e.name, pickled.size());
-        pickled.push_back({e.name, std::to_string(it->second), t.dtype, numel, t.storage_offset, t.shape, t.stride});
+        pickled.push_back({e.name, std::to_string(it->second), out_dtype(rq, t.dtype), numel, t.storage_offset, t.shape, t.stride});
+        r.cast += out_dtype(rq, t.dtype) != t.dtype;
     }
     size_t named = pickled.size();
     for (const auto& [alias, kept] : c.metadata()) {
@@ -91,6 +113,16 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
         size_t record = *c.record_index(c.storages()[storages[i]].record);
         const RecordInfo& rec = c.records()[record];
         std::string name = root + "/data/" + std::to_string(i);
+        DType from = c.storages()[storages[i]].dtype;
+        if (from == DType::untyped) from = untyped_as.at(storages[i]);
+        if (out_dtype(rq, from) != from) {  // the whole storage cast: every view of it stays a view
+            RecordData data = c.record_data(record);
+            std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), out_dtype(rq, from));
+            ByteView cv{cast.data(), cast.size()};
+            w.add(name, cv, crc32_of(cv));
+            c.file().release(data.view());
+            continue;
+        }
         auto at = c.record_file_offset(record);
         if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
             w.add_copy(name, c.file().fd(), *at, rec.size, rec.crc32);
@@ -137,10 +169,24 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
     for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_of.count(t.key));
     if (r.format == "pth") expected += r.deduplicated.size();
     if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
+    // With --dtype the expected bytes are the source's cast again, independently of the writer.
+    std::unordered_map<std::string, size_t> source_tensor;
+    for (const auto& e : c.state_dict().entries) source_tensor.emplace(e.name, *c.entries()[e.entry].tensor);
     for (const auto& t : got.tensors) {
         const TensorPrint* s = source(t.key);
         if (!s) fail(t.key + " is not in the input");
-        if (s->dtype != t.dtype || s->shape != t.shape || s->stats.hash != t.stats.hash) fail(t.key + " differs");
+        auto dt = dtype_from_name(s->dtype);
+        DType want_dtype = dt ? out_dtype(rq, *dt) : DType::float32;
+        std::string want_hash = s->stats.hash;
+        if (dt && want_dtype != *dt) {
+            auto a = alias_of.find(t.key);
+            const TensorInfo& ti = c.tensors()[source_tensor.at(a == alias_of.end() ? t.key : a->second)];
+            RecordData data = c.record_data(*c.record_index(c.storages()[ti.storage].record));
+            std::vector<uint8_t> bytes;
+            cast_bytes(ti, data.view(), want_dtype, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });
+            want_hash = buffer_stats(want_dtype, {bytes.data(), bytes.size()}, ti.numel).hash;
+        }
+        if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
     }
     r.verified = true;
 }
@@ -169,8 +215,8 @@ ConvertReport convert(const ConvertRequest& rq) {
     if (r.format == "pth") {
         if (c->format() != Format::safetensors && !rq.weights_only)
             throw Error(ErrorKind::unsupported, rq.output,
-                        "pth → pth keeps the whole checkpoint: without --weights-only (or a --dtype, not supported yet) "
-                        "there is nothing to convert");
+                        rq.dtype ? "pth → pth with --dtype needs --weights-only (casting a whole training checkpoint is not supported yet)"
+                                 : "pth → pth keeps the whole checkpoint: without --weights-only there is nothing to convert");
         if (c->format() != Format::safetensors && c->root()->kind == ValueKind::dict)
             for (size_t i = 0; i < c->root()->dict_size(); ++i) {
                 std::string k = key_part(c->root()->dict_key(i));
@@ -208,7 +254,7 @@ ConvertReport convert(const ConvertRequest& rq) {
         r.made_contiguous += !t.contiguous();
     }
     std::stable_sort(planned.begin(), planned.end(), [&](const Planned& a, const Planned& b) {
-        uint64_t sa = dtype_size(c->tensors()[a.tensor].dtype), sb = dtype_size(c->tensors()[b.tensor].dtype);
+        uint64_t sa = dtype_size(out_dtype(rq, c->tensors()[a.tensor].dtype)), sb = dtype_size(out_dtype(rq, c->tensors()[b.tensor].dtype));
         return sa != sb ? sa > sb : a.name < b.name;
     });
     nlohmann::ordered_json header;
@@ -221,9 +267,10 @@ ConvertReport convert(const ConvertRequest& rq) {
     for (Planned& p : planned) {
         const TensorInfo& t = c->tensors()[p.tensor];
         p.begin = at;
-        p.end = at + t.nbytes();
+        p.end = at + t.numel * dtype_size(out_dtype(rq, t.dtype));
         at = p.end;
-        header[p.name] = {{"dtype", *safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}};
+        header[p.name] = {{"dtype", *safetensors_dtype_name(out_dtype(rq, t.dtype))}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}};
+        r.cast += out_dtype(rq, t.dtype) != t.dtype;
     }
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
@@ -239,6 +286,16 @@ ConvertReport convert(const ConvertRequest& rq) {
         size_t record = *c->record_index(c->storages()[t.storage].record);
         auto in_file = c->record_file_offset(record);
         uint64_t esz = dtype_size(t.dtype);
+        DType to = out_dtype(rq, t.dtype);
+        if (to != t.dtype) {
+            RecordData data = c->record_data(record);
+            uint64_t pos = base + p.begin;
+            cast_bytes(t, data.view(), to, [&](const uint8_t* bytes, size_t n) {
+                write_all(out.fd(), bytes, n, pos, rq.output);
+                pos += n;
+            });
+            continue;
+        }
         if (t.contiguous() && in_file) {  // the kernel copies it
             copy_range(c->file().fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), base + p.begin,
                        t.nbytes(), rq.output);
@@ -274,6 +331,7 @@ nlohmann::json to_json(const ConvertReport& r) {
     j["skipped"] = r.skipped;
     j["dropped"] = r.dropped;
     j["made_contiguous"] = r.made_contiguous;
+    j["cast"] = r.cast;
     j["bytes_written"] = r.bytes_written;
     j["verified"] = r.verified;
     return j;
@@ -289,6 +347,7 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
             << (r.format == "pth" ? " (an alias in __metadata__: one storage again)\n"
                                   : " (shared storage: stored once, alias in __metadata__)\n");
     if (r.made_contiguous) out << "  " << r.made_contiguous << " views written contiguous\n";
+    if (r.cast) out << "  " << r.cast << " floating-point tensors cast (PyTorch's rounding); integer and bool tensors kept\n";
     for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << s << " (not a tensor)\n";
     if (!r.dropped.empty()) {
         out << "  " << paint("33", "dropped") << " (--weights-only):";

@@ -108,6 +108,15 @@ AtenStats TorchBackend::stats(DType dtype, const std::vector<int64_t>& shape, co
     return a;
 }
 
+std::vector<uint8_t> TorchBackend::cast(DType from, ByteView src, uint64_t count, DType to) const {
+    std::vector<uint8_t> out(count * dtype_size(to));
+    char err[512] = "";
+    std::string f(dtype_name(from)), t(dtype_name(to));
+    if (count > 0 && m_api->cast(f.c_str(), src.data, count, t.c_str(), out.data(), err, sizeof err) != 0)
+        throw Error(ErrorKind::unsupported, "", std::string("ATen cast: ") + err);
+    return out;
+}
+
 std::vector<NamedTensor> torchscript_tensors(const std::string& path, bool with_values) {
     try {
         return TorchBackend::get().torchscript_tensors(path, with_values);

@@ -172,12 +172,33 @@ def test_convert(s):
         s.check(all(got[k].storage().data_ptr() == ptr for k in ("head.weight", "view.t", "view.row")),
                 "--weights-only: ties and views no longer share one storage")
 
+    # --dtype: floating-point tensors cast with torch's own rounding, bit for bit; integers and bools kept.
+    cast_out = s.path("model.bf16.safetensors")
+    r = s.run("convert", src, "-o", cast_out, "--dtype", "bfloat16", "--json")
+    if s.check(r.returncode == 0, "--dtype bfloat16: exit %d %s" % (r.returncode, r.stderr.strip())):
+        rep = json.loads(r.stdout)
+        _, t, _, _ = read_safetensors(cast_out)
+        floating = [k for k in want_names if sd[k].is_floating_point() and sd[k].dtype != torch.bfloat16]
+        s.check(rep["verified"] and rep["cast"] == len(floating), "cast report: %s" % rep)
+        for k in want_names:
+            want = sd[k].to(torch.bfloat16) if sd[k].is_floating_point() else sd[k]
+            s.check(k in t and same_bits(t[k], want), "--dtype bfloat16: %s is not torch's .to(bfloat16)" % k)
+    r = s.run("convert", s.path("train_full.pth"), "--weights-only", "--dtype", "float16", "-o", s.path("weights16.pth"))
+    if s.check(r.returncode == 0, "--weights-only --dtype float16: exit %d %s" % (r.returncode, r.stderr.strip())):
+        got = torch.load(s.path("weights16.pth"), weights_only=True)
+        for k, v in sdm.items():
+            want = v.to(torch.float16) if v.is_floating_point() else v
+            s.check(same_bits(got[k], want) and got[k].stride() == v.stride(), "float16 %s differs from torch's .to()" % k)
+        s.check(got["norm.num_batches_tracked"].dtype == torch.int64, "an integer buffer was cast")
+        s.check(got["view.t"].storage().data_ptr() == got["embed.weight"].storage().data_ptr(), "cast views lost their storage")
+
     # Failures: exit 2, one line, no file.
     torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, s.path("c128.pth"))
     for what, args, output in [
         ("complex128", ["convert", s.path("c128.pth"), "-o", s.path("c128.safetensors")], s.path("c128.safetensors")),
         ("exists", ["convert", src, "-o", out], None),
         ("pth to pth", ["convert", src, "-o", s.path("again.pth")], s.path("again.pth")),
+        ("bad --dtype", ["convert", src, "-o", s.path("i8.safetensors"), "--dtype", "int8"], s.path("i8.safetensors")),
         ("unknown extension", ["convert", src, "-o", s.path("x.data")], s.path("x.data")),
         ("missing directory", ["convert", src, "-o", s.path("no/dir/x.safetensors")], s.path("no/dir/x.safetensors")),
     ]:

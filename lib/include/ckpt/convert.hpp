@@ -10,6 +10,7 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@ struct ConvertRequest {
     OpenOptions open;
     bool verify = true, force = false;
     bool weights_only = false;  // pth → pth: the state dict alone
+    std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
 };
 
 struct ConvertReport {
@@ -37,6 +39,7 @@ struct ConvertReport {
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
     std::vector<std::string> dropped;                            // --weights-only: the top-level keys left out
     size_t made_contiguous = 0;
+    size_t cast = 0;                                             // tensors written as --dtype
     uint64_t bytes_written = 0;
     bool verified = false;
 };

@@ -42,6 +42,9 @@ public:
     AtenStats stats(DType dtype, const std::vector<int64_t>& shape, const std::vector<int64_t>& stride,
                     int64_t offset, ByteView storage) const;
 
+    // `count` elements of `from` cast to `to` with PyTorch's rounding (Tensor.to).
+    std::vector<uint8_t> cast(DType from, ByteView src, uint64_t count, DType to) const;
+
 private:
     TorchBackend() = default;
     const ckpt_torch_api* m_api = nullptr;

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define CKPT_TORCH_API_VERSION 1
+#define CKPT_TORCH_API_VERSION 2
 
 /* One tensor handed to a callback: contiguous, CPU, little-endian; valid during the call only. */
 typedef struct {
@@ -44,6 +44,9 @@ typedef struct ckpt_torch_api {
      * and offset (elements), computed by ATen over at::from_blob of those bytes. */
     int (*stats)(const char* dtype, int ndim, const int64_t* shape, const int64_t* stride, int64_t offset,
                  const void* storage, uint64_t storage_bytes, ckpt_torch_stats* out, char* err, size_t err_size);
+    /* `count` contiguous elements of dtype `from` at `src`, cast with PyTorch's rounding
+     * (Tensor.to) to dtype `to`, written to `dst` (count × size of `to` bytes). */
+    int (*cast)(const char* from, const void* src, uint64_t count, const char* to, void* dst, char* err, size_t err_size);
 } ckpt_torch_api;
 
 /* The one symbol the tool looks up. */
