@@ -10,7 +10,7 @@ namespace {
 struct ConvertArgs {
     ckpt::ConvertRequest request;
     std::vector<std::string> metadata;
-    std::string state_dict_key, dtype;
+    std::string state_dict_key, dtype, max_shard_size;
     bool no_verify = false, json = false;
 };
 }  // namespace
@@ -26,6 +26,8 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--dtype", a->dtype,
                    "bfloat16|float16|float32|float64: cast floating-point tensors (PyTorch's rounding, through the "
                    "LibTorch backend); integer and bool tensors are never cast");
+    sub.add_option("--max-shard-size", a->max_shard_size,
+                   "Write safetensors shards of at most this size (2GB, 500MiB …) and a Hugging Face index");
     sub.add_flag("--weights-only", r.weights_only,
                  "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed)");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
@@ -48,6 +50,7 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
             rq.dtype = d;
         }
         rq.verify = !a->no_verify;
+        if (!a->max_shard_size.empty()) rq.max_shard_size = ckpt::parse_size(a->max_shard_size);
         ckpt::ConvertReport report = ckpt::convert(rq);
         if (a->json) {
             std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

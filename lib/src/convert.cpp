@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -142,7 +145,8 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
 
 // The output opened again by the same checking readers as any input, and every tensor's content
 // hash compared with the source's (aliases with the tensor they alias).
-void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r) {
+void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                    std::optional<size_t> expected_count = std::nullopt, std::optional<Fingerprint>* source_cache = nullptr) {
     if (!rq.verify) return;
     auto fail = [&](const std::string& why) {
         throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
@@ -154,7 +158,11 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
         fail(e.message());
     }
     ScanOptions so;
-    Fingerprint want = fingerprint(c, so), got = fingerprint(*back, so);
+    std::optional<Fingerprint> local;
+    std::optional<Fingerprint>& cache = source_cache ? *source_cache : local;
+    if (!cache) cache = fingerprint(c, so);  // the source is read once, however many shards there are
+    const Fingerprint& want = *cache;
+    Fingerprint got = fingerprint(*back, so);
     std::unordered_map<std::string, const TensorPrint*> src, dst;
     for (const auto& t : want.tensors) src.emplace(t.key, &t);
     for (const auto& t : got.tensors) dst.emplace(t.key, &t);
@@ -168,6 +176,7 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
     size_t expected = 0;
     for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_of.count(t.key));
     if (r.format == "pth") expected += r.deduplicated.size();
+    if (expected_count) expected = *expected_count;
     if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
     // With --dtype the expected bytes are the source's cast again, independently of the writer.
     std::unordered_map<std::string, size_t> source_tensor;
@@ -222,10 +231,13 @@ ConvertReport convert(const ConvertRequest& rq) {
                 std::string k = key_part(c->root()->dict_key(i));
                 if (k != sd.path && sd.path.rfind(k + ".", 0) != 0) r.dropped.push_back(k);
             }
+        if (rq.max_shard_size)
+            throw Error(ErrorKind::unsupported, rq.output, "--max-shard-size writes safetensors shards only, for now");
         AtomicFile out(rq.output);
         write_pth(*c, rq, out, r);
         verify_written(*c, rq, out, r);
         out.commit(rq.force);
+        r.outputs = {rq.output};
         return r;
     }
     if (sd.kind == StateDictKind::dict)
@@ -253,67 +265,136 @@ ConvertReport convert(const ConvertRequest& rq) {
         planned.push_back({e.name, ti});
         r.made_contiguous += !t.contiguous();
     }
-    std::stable_sort(planned.begin(), planned.end(), [&](const Planned& a, const Planned& b) {
-        uint64_t sa = dtype_size(out_dtype(rq, c->tensors()[a.tensor].dtype)), sb = dtype_size(out_dtype(rq, c->tensors()[b.tensor].dtype));
-        return sa != sb ? sa > sb : a.name < b.name;
-    });
-    nlohmann::ordered_json header;
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    meta["format"] = "pt";
-    for (const auto& [alias, kept] : r.deduplicated) meta[alias] = kept;
-    for (const auto& [k, v] : rq.metadata) meta[k] = v;
-    header["__metadata__"] = meta;
-    uint64_t at = 0;
-    for (Planned& p : planned) {
-        const TensorInfo& t = c->tensors()[p.tensor];
-        p.begin = at;
-        p.end = at + t.numel * dtype_size(out_dtype(rq, t.dtype));
-        at = p.end;
-        header[p.name] = {{"dtype", *safetensors_dtype_name(out_dtype(rq, t.dtype))}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}};
-        r.cast += out_dtype(rq, t.dtype) != t.dtype;
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::string prefix(8, '\0');
-    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-
-    AtomicFile out(rq.output);
-    write_all(out.fd(), prefix.data(), 8, 0, rq.output);
-    write_all(out.fd(), text.data(), text.size(), 8, rq.output);
-    uint64_t base = 8 + text.size();
+    // Shards in state-dict order, each at most --max-shard-size (a tensor larger than that gets a
+    // shard of its own), named as Hugging Face names them.
+    std::vector<std::vector<Planned>> shards(1);
+    uint64_t in_shard = 0, total = 0;
     for (const Planned& p : planned) {
-        const TensorInfo& t = c->tensors()[p.tensor];
-        size_t record = *c->record_index(c->storages()[t.storage].record);
-        auto in_file = c->record_file_offset(record);
-        uint64_t esz = dtype_size(t.dtype);
-        DType to = out_dtype(rq, t.dtype);
-        if (to != t.dtype) {
-            RecordData data = c->record_data(record);
-            uint64_t pos = base + p.begin;
-            cast_bytes(t, data.view(), to, [&](const uint8_t* bytes, size_t n) {
-                write_all(out.fd(), bytes, n, pos, rq.output);
-                pos += n;
-            });
-            continue;
+        uint64_t bytes = c->tensors()[p.tensor].numel * dtype_size(out_dtype(rq, c->tensors()[p.tensor].dtype));
+        if (rq.max_shard_size && in_shard > 0 && in_shard + bytes > rq.max_shard_size) {
+            shards.emplace_back();
+            in_shard = 0;
         }
-        if (t.contiguous() && in_file) {  // the kernel copies it
-            copy_range(c->file().fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), base + p.begin,
-                       t.nbytes(), rq.output);
-            continue;
+        shards.back().push_back(p);
+        in_shard += bytes;
+        total += bytes;
+    }
+    std::vector<std::string> paths;
+    std::string stem = ends_with(rq.output, ".safetensors") ? rq.output.substr(0, rq.output.size() - 12) : rq.output;
+    if (shards.size() == 1) {
+        paths.push_back(rq.output);
+    } else {
+        for (size_t i = 0; i < shards.size(); ++i) {
+            char part[64];
+            std::snprintf(part, sizeof part, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+            paths.push_back(stem + part);
         }
-        RecordData data = c->record_data(record);
-        uint64_t pos = base + p.begin;
-        for_each_logical_bytes(t, data.view(), [&](const uint8_t* bytes, size_t n) {
-            write_all(out.fd(), bytes, n, pos, rq.output);
-            pos += n;
+    }
+    std::string index_path = rq.output + ".index.json";
+    if (!rq.force)
+        for (const auto& path : paths.size() > 1 ? [&] { auto v = paths; v.push_back(index_path); return v; }() : paths)
+            if (::stat(path.c_str(), &st) == 0) throw Error(ErrorKind::usage, path, "exists (use --force to overwrite)");
+
+    std::unordered_map<std::string, size_t> shard_of;
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    std::optional<Fingerprint> source_fp;
+    for (size_t n = 0; n < shards.size(); ++n) {
+        std::vector<Planned>& shard = shards[n];
+        std::stable_sort(shard.begin(), shard.end(), [&](const Planned& a, const Planned& b) {
+            uint64_t sa = dtype_size(out_dtype(rq, c->tensors()[a.tensor].dtype)), sb = dtype_size(out_dtype(rq, c->tensors()[b.tensor].dtype));
+            return sa != sb ? sa > sb : a.name < b.name;
         });
+        for (const Planned& p : shard) shard_of.emplace(p.name, n);
+        nlohmann::ordered_json header;
+        nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+        meta["format"] = "pt";
+        for (const auto& [alias, kept] : r.deduplicated)
+            if (std::any_of(shard.begin(), shard.end(), [&](const Planned& p) { return p.name == kept; })) meta[alias] = kept;
+        for (const auto& [k, v] : rq.metadata) meta[k] = v;
+        header["__metadata__"] = meta;
+        uint64_t at = 0;
+        for (Planned& p : shard) {
+            const TensorInfo& t = c->tensors()[p.tensor];
+            p.begin = at;
+            p.end = at + t.numel * dtype_size(out_dtype(rq, t.dtype));
+            at = p.end;
+            header[p.name] = {{"dtype", *safetensors_dtype_name(out_dtype(rq, t.dtype))}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}};
+            r.cast += out_dtype(rq, t.dtype) != t.dtype;
+        }
+        std::string text = header.dump();
+        text.append((8 - text.size() % 8) % 8, ' ');
+        std::string prefix(8, '\0');
+        for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+
+        files.push_back(std::make_unique<AtomicFile>(paths[n]));
+        AtomicFile& out = *files.back();
+        write_all(out.fd(), prefix.data(), 8, 0, paths[n]);
+        write_all(out.fd(), text.data(), text.size(), 8, paths[n]);
+        uint64_t base = 8 + text.size();
+        for (const Planned& p : shard) {
+            const TensorInfo& t = c->tensors()[p.tensor];
+            size_t record = *c->record_index(c->storages()[t.storage].record);
+            auto in_file = c->record_file_offset(record);
+            uint64_t esz = dtype_size(t.dtype);
+            DType to = out_dtype(rq, t.dtype);
+            uint64_t pos = base + p.begin;
+            auto sink = [&](const uint8_t* bytes, size_t len) {
+                write_all(out.fd(), bytes, len, pos, paths[n]);
+                pos += len;
+            };
+            if (to != t.dtype) {
+                RecordData data = c->record_data(record);
+                cast_bytes(t, data.view(), to, sink);
+            } else if (t.contiguous() && in_file) {  // the kernel copies it
+                copy_range(c->file().fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), pos,
+                           t.nbytes(), paths[n]);
+            } else {
+                RecordData data = c->record_data(record);
+                for_each_logical_bytes(t, data.view(), sink);
+            }
+        }
+        r.bytes_written += base + at;
+        ConvertRequest shard_rq = rq;
+        shard_rq.output = paths[n];
+        verify_written(*c, shard_rq, out, r, shard.size(), &source_fp);
     }
     r.tensors = planned.size();
-    r.bytes_written = base + at;
-
-    verify_written(*c, rq, out, r);
-    out.commit(rq.force);
+    std::unique_ptr<AtomicFile> index;
+    if (shards.size() > 1) {
+        nlohmann::ordered_json j;
+        j["metadata"] = {{"total_size", total}};
+        nlohmann::ordered_json map = nlohmann::ordered_json::object();
+        for (const auto& e : sd.entries) {
+            auto it = shard_of.find(e.name);
+            if (it == shard_of.end()) continue;  // an alias: stored under its kept name
+            map[e.name] = paths[it->second].substr(paths[it->second].rfind('/') == std::string::npos ? 0 : paths[it->second].rfind('/') + 1);
+        }
+        j["weight_map"] = map;
+        std::string text = j.dump(2) + "\n";
+        index = std::make_unique<AtomicFile>(index_path);
+        write_all(index->fd(), text.data(), text.size(), 0, index_path);
+        r.bytes_written += text.size();
+    }
+    for (auto& f : files) f->commit(rq.force);
+    if (index) index->commit(rq.force);
+    r.outputs = paths;
+    if (index) r.outputs.push_back(index_path);
     return r;
+}
+
+uint64_t parse_size(const std::string& text) {
+    size_t i = 0;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    std::string number = text.substr(0, i), unit = text.substr(i);
+    static const std::pair<const char*, double> k_units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    for (const auto& [name, factor] : k_units)
+        if (unit == name && !number.empty()) {
+            double v = std::strtod(number.c_str(), nullptr) * factor;
+            if (v >= 1 && v < 1.8e19) return static_cast<uint64_t>(v);
+        }
+    throw Error(ErrorKind::usage, "", "size '" + text + "': expected a number and one of B, KB, MB, GB, TB, KiB, MiB, GiB, TiB");
 }
 
 nlohmann::json to_json(const ConvertReport& r) {
@@ -322,7 +403,7 @@ nlohmann::json to_json(const ConvertReport& r) {
     j["tool"] = tool_json();
     j["command"] = "convert";
     j["input"] = r.input;
-    j["outputs"] = {r.output};
+    j["outputs"] = r.outputs;
     j["format"] = r.format;
     j["tensors"] = r.tensors;
     nlohmann::json d = nlohmann::json::array();
@@ -339,7 +420,10 @@ nlohmann::json to_json(const ConvertReport& r) {
 
 void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& style) {
     Paint paint{style.color};
-    out << paint("1", r.input) << " → " << paint("1", r.output) << ": " << r.tensors << " tensors as " << r.format
+    std::string where = r.outputs.size() > 1 ? std::to_string(r.outputs.size() - 1) + " shards + " +
+                                                  r.outputs.back().substr(r.outputs.back().rfind('/') + 1)
+                                            : r.output;
+    out << paint("1", r.input) << " → " << paint("1", where) << ": " << r.tensors << " tensors as " << r.format
         << ", " << human_bytes(r.bytes_written) << (r.verified ? ", read back and equal" : ", not verified (--no-verify)")
         << "\n";
     for (const auto& [alias, kept] : r.deduplicated)

@@ -192,6 +192,36 @@ def test_convert(s):
         s.check(got["norm.num_batches_tracked"].dtype == torch.int64, "an integer buffer was cast")
         s.check(got["view.t"].storage().data_ptr() == got["embed.weight"].storage().data_ptr(), "cast views lost their storage")
 
+    # --max-shard-size: Hugging Face's shard names and index; the shards reassemble to the same tensors.
+    shard_out = s.path("sharded/model.safetensors")
+    os.makedirs(os.path.dirname(shard_out), exist_ok=True)
+    r = s.run("convert", src, "-o", shard_out, "--max-shard-size", "300B", "--json")
+    if s.check(r.returncode == 0, "--max-shard-size: exit %d %s" % (r.returncode, r.stderr.strip())):
+        rep = json.loads(r.stdout)
+        shards = rep["outputs"][:-1]
+        s.check(len(shards) > 2 and rep["outputs"][-1] == shard_out + ".index.json"
+                and all(os.path.basename(p) == "model-%05d-of-%05d.safetensors" % (i + 1, len(shards)) for i, p in enumerate(shards)),
+                "shard names: %s" % rep["outputs"])
+        with open(shard_out + ".index.json") as f:
+            index = json.load(f)
+        merged = {}
+        for p in shards:
+            h, t, _, _ = read_safetensors(p)
+            size = sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in h.items() if k != "__metadata__")
+            s.check(size <= 300 or len(t) == 1, "%s holds %d bytes in %d tensors" % (p, size, len(t)))
+            for k, v in t.items():
+                s.check(index["weight_map"].get(k) == os.path.basename(p), "index places %s wrongly" % k)
+                merged[k] = v
+        s.check(sorted(merged) == sorted(want_names) and all(same_bits(merged[k], sd[k]) for k in want_names),
+                "the shards do not reassemble to the input")
+        s.check(index["metadata"]["total_size"] == sum(v.numel() * v.element_size() for k, v in sd.items() if k != "lm_head.weight"),
+                "index total_size %s" % index["metadata"])
+        s.check(sorted(index["weight_map"]) == sorted(want_names), "weight_map keys")
+        s.check(not os.path.exists(shard_out), "a single-file output was written too")
+    r = s.run("convert", src, "-o", s.path("one.safetensors"), "--max-shard-size", "10GB")
+    s.check(r.returncode == 0 and os.path.exists(s.path("one.safetensors")) and not os.path.exists(s.path("one.safetensors.index.json")),
+            "one shard is a plain file: exit %d" % r.returncode)
+
     # Failures: exit 2, one line, no file.
     torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, s.path("c128.pth"))
     for what, args, output in [
@@ -199,6 +229,7 @@ def test_convert(s):
         ("exists", ["convert", src, "-o", out], None),
         ("pth to pth", ["convert", src, "-o", s.path("again.pth")], s.path("again.pth")),
         ("bad --dtype", ["convert", src, "-o", s.path("i8.safetensors"), "--dtype", "int8"], s.path("i8.safetensors")),
+        ("bad size", ["convert", src, "-o", s.path("bs.safetensors"), "--max-shard-size", "2 lightyears"], s.path("bs.safetensors")),
         ("unknown extension", ["convert", src, "-o", s.path("x.data")], s.path("x.data")),
         ("missing directory", ["convert", src, "-o", s.path("no/dir/x.safetensors")], s.path("no/dir/x.safetensors")),
     ]:

@@ -30,10 +30,16 @@ struct ConvertRequest {
     bool verify = true, force = false;
     bool weights_only = false;  // pth → pth: the state dict alone
     std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
+    uint64_t max_shard_size = 0;  // --max-shard-size: safetensors shards + a Hugging Face index; 0: one file
 };
+
+// "2GB" → 2,000,000,000; "512MiB" → 536,870,912; units B, KB, MB, GB, TB and KiB … TiB. Throws
+// Error(usage) for anything else.
+uint64_t parse_size(const std::string& text);
 
 struct ConvertReport {
     std::string input, output, format;
+    std::vector<std::string> outputs;                            // every file written (shards, then the index)
     size_t tensors = 0;                                          // written
     std::vector<std::pair<std::string, std::string>> deduplicated;  // alias, kept
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
