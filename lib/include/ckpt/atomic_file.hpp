@@ -33,6 +33,20 @@ private:
     bool m_committed = false;
 };
 
+// An output is fsynced before it is renamed into place, and for a large file that fsync is most of
+// the cost (1 GiB: ~3 s of writeback after 0.5 s of copying). Telling the kernel to start writing
+// each 32 MiB stretch as soon as it is complete overlaps the two; the fsync then waits for the tail.
+class WritebackHint {
+public:
+    explicit WritebackHint(int fd) : m_fd(fd) {}
+    // Bytes [0, end) of the file are written.
+    void written_up_to(uint64_t end);
+
+private:
+    int m_fd;
+    uint64_t m_started = 0;
+};
+
 // Writes all of `size` bytes at `offset`, retrying short writes; throws Error(io) naming `path`.
 void write_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path);
 // Copies `size` bytes between files (copy_file_range, falling back to read/write when the kernel

@@ -61,6 +61,7 @@ struct ScanOptions {
     bool all = false;                     // every tensor by key, not just the state dict by name
     std::vector<std::string> key_globs;   // only these keys (empty: all of the scope)
     bool check_crc = false;               // CRC-32 of every record, in the same pass
+    bool hash_only = false;               // content hashes alone, no statistics (a writer's read-back)
     unsigned threads = 0;                 // 0: one per core
     // Called now and then from the workers (under a lock) with bytes done and bytes in all.
     std::function<void(uint64_t, uint64_t)> progress;

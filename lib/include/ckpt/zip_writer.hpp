@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/atomic_file.hpp"
 #include "ckpt/bytes.hpp"
 
 namespace ckpt {
@@ -42,12 +43,11 @@ private:
         uint64_t size, header_offset;
     };
     uint64_t begin_record(const std::string& name, uint64_t size, uint32_t crc32);
-    void start_writeback();
 
     int m_fd;
     std::string m_path;
     uint64_t m_pos = 0;
-    uint64_t m_writeback = 0;  // bytes before this were handed to the disk already
+    WritebackHint m_writeback{m_fd};
     std::vector<Written> m_entries;
 };
 
