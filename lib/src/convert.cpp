@@ -123,19 +123,19 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
             std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), out_dtype(rq, from));
             ByteView cv{cast.data(), cast.size()};
             w.add(name, cv, crc32_of(cv));
-            c.file().release(data.view());
+            c.record_file(record).release(data.view());
             continue;
         }
         auto at = c.record_file_offset(record);
         if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
-            w.add_copy(name, c.file().fd(), *at, rec.size, rec.crc32);
+            w.add_copy(name, c.record_file(record).fd(), *at, rec.size, rec.crc32);
             continue;
         }
         RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
         uint32_t crc = rec.has_crc ? rec.crc32 : crc32_of(data.view());
-        if (at) w.add_copy(name, c.file().fd(), *at, rec.size, crc);
+        if (at) w.add_copy(name, c.record_file(record).fd(), *at, rec.size, crc);
         else w.add(name, data.view(), crc);
-        c.file().release(data.view());
+        c.record_file(record).release(data.view());
     }
     r.tensors = named;
     static const uint8_t version[] = {'3', '\n'};
@@ -348,7 +348,7 @@ ConvertReport convert(const ConvertRequest& rq) {
                 RecordData data = c->record_data(record);
                 cast_bytes(t, data.view(), to, sink);
             } else if (t.contiguous() && in_file) {  // the kernel copies it
-                copy_range(c->file().fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), pos,
+                copy_range(c->record_file(record).fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), pos,
                            t.nbytes(), paths[n]);
             } else {
                 RecordData data = c->record_data(record);

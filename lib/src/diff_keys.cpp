@@ -130,7 +130,8 @@ KeySet key_set_of(const Checkpoint& c) {
 }
 
 KeySet read_key_set(const std::string& path, const OpenOptions& open) {
-    if (auto j = read_json_file(path)) return read_manifest(path, *j);
+    if (!is_sharded_index(path))
+        if (auto j = read_json_file(path)) return read_manifest(path, *j);
     std::unique_ptr<Checkpoint> c = Checkpoint::open(path, open);
     if (c->format() != Format::torchscript) return key_set_of(*c);
     // A TorchScript model: its named parameters and buffers as torch::jit::load gives them.

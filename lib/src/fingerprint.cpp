@@ -537,7 +537,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
                 // Done with this record: its pages leave this process (resident memory stays at
                 // what the workers read now, whatever the file's size; measured on 1 GiB: 26 MiB
                 // instead of 1 GiB, for ~10% more time in TLB shootdowns).
-                c.file().release(v);
+                c.record_file(w.record).release(v);
                 if (o.progress) {
                     std::lock_guard<std::mutex> lock(progress_lock);
                     done_bytes += w.bytes;

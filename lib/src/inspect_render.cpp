@@ -30,6 +30,7 @@ nlohmann::json to_json(const InspectReport& r) {
     nlohmann::json metadata = nlohmann::json::object();
     for (const auto& [k, v] : c.metadata()) metadata[k] = v;
     j["metadata"] = std::move(metadata);
+    j["shards"] = c.shards();
     j["container"] = {{"root", c.zip_root()},
                       {"byteorder", c.byteorder()},
                       {"byteorder_recorded", c.byteorder_recorded()},
@@ -132,7 +133,11 @@ std::string pad(const std::string& s, size_t w) { return s + std::string(w > wid
 void render_text(const InspectReport& r, std::ostream& out, const TextStyle& style) {
     const Checkpoint& c = *r.checkpoint;
     Paint paint{style.color};
-    if (c.format() == Format::safetensors) {
+    if (!c.shards().empty()) {
+        out << paint("1", c.path()) << ": sharded checkpoint, " << c.shards().size() << " " << format_name(c.format())
+            << " shards (" << c.shards().front() << (c.shards().size() > 1 ? " … " + c.shards().back() : "") << "), "
+            << human_bytes(c.file_size()) << " index\n";
+    } else if (c.format() == Format::safetensors) {
         out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.pickle_size()) << ", "
             << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
         for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";

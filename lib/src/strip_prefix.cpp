@@ -15,6 +15,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/zip_writer.hpp"
 
@@ -262,6 +263,39 @@ uint64_t write_renamed(const Checkpoint& c, const std::string& pickle, int fd, c
     return w.finish();
 }
 
+// safetensors: the same header with the new names (and aliases recorded in __metadata__ renamed the
+// same way), the same offsets, and the data buffer copied by the kernel in one piece.
+uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, int fd, const std::string& target,
+                                   size_t& records) {
+    ByteView file = c.file().view();
+    SafetensorsHeader h = read_safetensors(file);
+    std::unordered_set<std::string> names;
+    for (const auto& t : h.tensors) names.insert(t.name);
+    nlohmann::ordered_json header;
+    if (!h.metadata.empty()) {
+        nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+        for (const auto& [k, v] : h.metadata) {
+            bool alias = names.count(v) && !names.count(k);  // alias → kept tensor, as converters record them
+            meta[alias ? plan.rule.key(k) : k] = alias ? plan.rule.key(v) : v;
+        }
+        header["__metadata__"] = meta;
+    }
+    uint64_t buffer = 8 + h.header_size;
+    for (const auto& t : h.tensors)
+        header[plan.rule.key(t.name)] = {{"dtype", *safetensors_dtype_name(t.dtype)},
+                                         {"shape", t.shape},
+                                         {"data_offsets", {t.begin - buffer, t.end - buffer}}};
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string prefix(8, '\0');
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    write_all(fd, prefix.data(), 8, 0, target);
+    write_all(fd, text.data(), text.size(), 8, target);
+    copy_range(c.file().fd(), buffer, fd, 8 + text.size(), file.size - buffer, target);
+    records = h.tensors.size();
+    return 8 + text.size() + (file.size - buffer);
+}
+
 // The written file, opened again: the same records, storages and tensors, and the new key names.
 void check_written(const Checkpoint& in, const RenamePlan& plan, const std::string& written,
                    const OpenOptions& open, const std::string& target) {
@@ -315,8 +349,8 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     OpenOptions open = rq.open;
     open.trace_pickle = true;
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
-    if (c->format() == Format::safetensors)
-        throw Error(ErrorKind::unsupported, rq.input, "strip-prefix does not rewrite safetensors files yet");
+    if (!c->shards().empty())
+        throw Error(ErrorKind::unsupported, rq.input, "strip-prefix does not rewrite sharded checkpoints yet");
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input,
                     "will not repair a damaged checkpoint: " + c->problems().front().message +
@@ -324,9 +358,13 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     r.plan = plan_rename(*c, rq.options);
     if (rq.dry_run) return r;
 
-    std::string pickle = patch_pickle(*c, r.plan);
     AtomicFile out(target);
-    r.bytes_written = write_renamed(*c, pickle, out.fd(), target, r.records);
+    if (c->format() == Format::safetensors) {
+        r.bytes_written = write_renamed_safetensors(*c, r.plan, out.fd(), target, r.records);
+    } else {
+        std::string pickle = patch_pickle(*c, r.plan);
+        r.bytes_written = write_renamed(*c, pickle, out.fd(), target, r.records);
+    }
     OpenOptions reread = rq.open;
     check_written(*c, r.plan, out.temp_path(), reread, target);
     out.commit(rq.force || rq.in_place);

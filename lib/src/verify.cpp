@@ -179,7 +179,7 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
 
 Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file) {
     const std::string& path = *o.reference;
-    std::optional<nlohmann::json> json = read_json_file(path);
+    std::optional<nlohmann::json> json = is_sharded_index(path) ? std::nullopt : read_json_file(path);
     is_fingerprint_file = json.has_value();
     if (json) {
         const nlohmann::json& j = *json;

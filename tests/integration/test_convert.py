@@ -218,6 +218,43 @@ def test_convert(s):
                 "index total_size %s" % index["metadata"])
         s.check(sorted(index["weight_map"]) == sorted(want_names), "weight_map keys")
         s.check(not os.path.exists(shard_out), "a single-file output was written too")
+        # The index (or its directory) is one checkpoint to every command, and is checked.
+        index_path = shard_out + ".index.json"
+        for target in (index_path, os.path.dirname(shard_out)):
+            rc = s.run("inspect", target, "--json")
+            j = json.loads(rc.stdout) if rc.returncode == 0 else {}
+            s.check(rc.returncode == 0 and sorted(t["state_dict_key"] for t in j["tensors"]) == sorted(want_names),
+                    "inspect %s: exit %d %s" % (target, rc.returncode, rc.stderr))
+        rc = s.run("verify", index_path, out, "--exact")
+        s.check(rc.returncode == 0, "verify of the shards against the single file: exit %d %s" % (rc.returncode, rc.stdout[-400:]))
+        rc = s.run("diff-keys", index_path, out)
+        s.check(rc.returncode == 0, "diff-keys of the shards: exit %d" % rc.returncode)
+        r2 = s.run("convert", index_path, "-o", s.path("joined.pth"))
+        if s.check(r2.returncode == 0, "shards → pth: exit %d %s" % (r2.returncode, r2.stderr)):
+            joined = torch.load(s.path("joined.pth"), weights_only=True)
+            s.check(all(same_bits(joined[k], sd[k]) for k in want_names), "shards → pth differ")
+        # A broken index: a tensor moved to the wrong shard, a wrong total_size, a missing shard.
+        broken_dir = s.path("broken")
+        shutil.copytree(os.path.dirname(shard_out), broken_dir)
+        bi = os.path.join(broken_dir, "model.safetensors.index.json")
+        with open(bi) as f:
+            idx = json.load(f)
+        per_shard = collections.Counter(idx["weight_map"].values())
+        moved = sorted(k for k, v in idx["weight_map"].items() if per_shard[v] > 1)[0]  # its shard stays named
+        other = [v for v in idx["weight_map"].values() if v != idx["weight_map"][moved]][0]
+        idx["weight_map"][moved] = other
+        idx["weight_map"]["ghost.weight"] = other  # a name no shard holds
+        idx["metadata"]["total_size"] += 1
+        with open(bi, "w") as f:
+            json.dump(idx, f)
+        rc = s.run("verify", bi, "--json")
+        kinds = sorted({f["kind"] for f in json.loads(rc.stdout).get("findings", [])}) if rc.stdout else []
+        s.check(rc.returncode == 1 and kinds == ["index_missing_tensor", "index_total_size", "index_wrong_shard"],
+                "broken index: exit %d %s" % (rc.returncode, kinds))
+        os.remove(os.path.join(broken_dir, shards[-1].split("/")[-1]))
+        rc = s.run("inspect", bi)
+        s.check(rc.returncode == 2 and "does not exist" in rc.stderr and len(rc.stderr.strip().splitlines()) == 1,
+                "missing shard: exit %d %s" % (rc.returncode, rc.stderr))
     r = s.run("convert", src, "-o", s.path("one.safetensors"), "--max-shard-size", "10GB")
     s.check(r.returncode == 0 and os.path.exists(s.path("one.safetensors")) and not os.path.exists(s.path("one.safetensors.index.json")),
             "one shard is a plain file: exit %d" % r.returncode)

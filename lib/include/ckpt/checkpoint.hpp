@@ -148,6 +148,12 @@ public:
     // Where a record's bytes start in the file, when they are stored there as they are (not
     // DEFLATE): what the kernel can copy from without the bytes passing through this process.
     std::optional<uint64_t> record_file_offset(size_t record) const;
+    // The file holding a record's bytes: the input itself, or for a sharded checkpoint its shard.
+    const MappedFile& record_file(size_t record) const;
+    // A sharded checkpoint (opened from a Hugging Face *.index.json, or a directory holding one):
+    // its shards, in the order the index names them; empty for a single file.
+    const std::vector<std::string>& shards() const { return m_shard_names; }
+
     // safetensors' __metadata__ (empty for other formats).
     const std::vector<std::pair<std::string, std::string>>& metadata() const { return m_metadata; }
 
@@ -189,7 +195,14 @@ private:
     std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors: [begin, end) in the file
     std::unordered_map<std::string, size_t> m_record_by_name;
     std::vector<std::pair<std::string, std::string>> m_metadata;
+    std::vector<std::unique_ptr<Checkpoint>> m_shards;
+    std::vector<std::string> m_shard_names;
+    std::vector<std::pair<size_t, size_t>> m_record_owner;  // sharded: (shard, its record)
+    static std::unique_ptr<Checkpoint> open_index(const std::string& path, const OpenOptions& options);
 };
+
+// True for what Checkpoint::open reads as a sharded checkpoint: a *.index.json, or a directory.
+bool is_sharded_index(const std::string& path);
 
 // Dotted path part of a dict key: str keys as they are, ints in decimal, others by repr.
 std::string key_part(const Value* key);
