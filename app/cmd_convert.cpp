@@ -50,6 +50,7 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
             rq.dtype = d;
         }
         rq.verify = !a->no_verify;
+        rq.progress = progress_line(global, "convert");
         if (!a->max_shard_size.empty()) rq.max_shard_size = ckpt::parse_size(a->max_shard_size);
         ckpt::ConvertReport report = ckpt::convert(rq);
         if (a->json) {

@@ -17,17 +17,6 @@ struct VerifyArgs {
     bool json = false;
 };
 
-// "verify  45%  460.0 MiB of 1.0 GiB" on one line of a terminal's stderr, for work over 256 MiB.
-std::function<void(uint64_t, uint64_t)> progress_bar(const GlobalOptions& global) {
-    if (global.quiet || !::isatty(STDERR_FILENO)) return nullptr;
-    return [](uint64_t done, uint64_t total) {
-        if (total < (256u << 20)) return;
-        std::fprintf(stderr, "\rverify %3d%%  %s of %s\033[K", static_cast<int>(100 * done / total),
-                     ckpt::human_bytes(done).c_str(), ckpt::human_bytes(total).c_str());
-        if (done == total) std::fprintf(stderr, "\r\033[K");
-        std::fflush(stderr);
-    };
-}
 }  // namespace
 
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
@@ -52,7 +41,7 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
             a->options.reference = a->reference;
             a->options.reference_open = open;
         }
-        a->options.progress = progress_bar(global);
+        a->options.progress = progress_line(global, "verify");
         auto c = ckpt::Checkpoint::open(a->file, open);
         ckpt::Fingerprint fp;
         ckpt::VerifyReport report = ckpt::verify(*c, a->options, &fp);

@@ -112,10 +112,14 @@ void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, C
     ZipWriter w(out.fd(), rq.output);
     ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
     w.add(root + "/data.pkl", pv, crc32_of(pv));
+    uint64_t total = 0, done = 0;
+    for (size_t sidx : storages) total += c.records()[*c.record_index(c.storages()[sidx].record)].size;
     for (size_t i = 0; i < storages.size(); ++i) {
         size_t record = *c.record_index(c.storages()[storages[i]].record);
         const RecordInfo& rec = c.records()[record];
         std::string name = root + "/data/" + std::to_string(i);
+        done += rec.size;
+        if (rq.progress) rq.progress(done, total);
         DType from = c.storages()[storages[i]].dtype;
         if (from == DType::untyped) from = untyped_as.at(storages[i]);
         if (out_dtype(rq, from) != from) {  // the whole storage cast: every view of it stays a view
@@ -298,6 +302,7 @@ ConvertReport convert(const ConvertRequest& rq) {
 
     std::unordered_map<std::string, size_t> shard_of;
     std::vector<std::unique_ptr<AtomicFile>> files;
+    uint64_t written = 0;
     std::optional<Fingerprint> source_fp;
     for (size_t n = 0; n < shards.size(); ++n) {
         std::vector<Planned>& shard = shards[n];
@@ -355,6 +360,8 @@ ConvertReport convert(const ConvertRequest& rq) {
                 for_each_logical_bytes(t, data.view(), sink);
             }
             writeback.written_up_to(base + p.end);
+            written += p.end - p.begin;
+            if (rq.progress) rq.progress(written, total);
         }
         r.bytes_written += base + at;
         ConvertRequest shard_rq = rq;

@@ -9,6 +9,7 @@
 // every tensor's content hash compared with the source's; any difference and nothing is written.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -31,6 +32,7 @@ struct ConvertRequest {
     bool weights_only = false;  // pth → pth: the state dict alone
     std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
     uint64_t max_shard_size = 0;  // --max-shard-size: safetensors shards + a Hugging Face index; 0: one file
+    std::function<void(uint64_t, uint64_t)> progress;  // bytes of tensor data written, of all
 };
 
 // "2GB" → 2,000,000,000; "512MiB" → 536,870,912; units B, KB, MB, GB, TB and KiB … TiB. Throws
