@@ -2,10 +2,6 @@
 // into keyed leaves and find the state dict.
 #include "ckpt/checkpoint.hpp"
 
-#include <dirent.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,6 +11,7 @@
 #include "ckpt/report.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
+#include "checkpoint_builder.hpp"
 #include "torch_hooks.hpp"
 
 namespace ckpt {
@@ -130,28 +127,6 @@ void reject_other_formats(ByteView file) {
 
 }  // namespace
 
-struct Checkpoint::Builder {
-    Checkpoint& c;
-    const OpenOptions& options;
-    std::unordered_map<std::string, size_t> entry_by_key;
-
-    void read_torch_zip();
-    void read_safetensors_file();
-    void check_storages();
-    void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
-    void add_leaf(const std::string& key, const Value* v);
-    bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);
-    void find_state_dict();
-    size_t dict_tensor_count(const Value* v) const;
-    void take_dict(const Value* d, const std::string& path);
-    bool is_module(const Value* v) const;
-    void take_module(const Value* m, const std::string& path);
-    void walk_module(const Value* m, const std::string& entry_path, const std::string& name_prefix,
-                     int depth);
-    const Value* resolve(const std::string& dotted, std::string& path_out) const;
-
-    std::unordered_map<const Value*, bool> m_has_tensor;
-};
 
 void Checkpoint::Builder::read_torch_zip() {
     ZipArchive zip = ZipArchive::open(c.m_file->view());
@@ -529,129 +504,8 @@ void Checkpoint::Builder::find_state_dict() {
     }
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
-// A directory stands for the one Hugging Face index in it.
-std::string index_in(const std::string& dir) {
-    std::vector<std::string> found;
-    if (DIR* d = ::opendir(dir.c_str())) {
-        while (dirent* e = ::readdir(d))
-            if (ends_with(e->d_name, ".index.json")) found.push_back(e->d_name);
-        ::closedir(d);
-    }
-    if (found.empty())
-        throw Error(ErrorKind::format, dir, "is a directory without a *.index.json (a sharded checkpoint's index)");
-    if (found.size() > 1) throw Error(ErrorKind::usage, dir, "holds " + std::to_string(found.size()) + " index files: name one");
-    return dir + "/" + found.front();
-}
-}  // namespace
-
-bool is_sharded_index(const std::string& path) {
-    struct stat st {};
-    return ends_with(path, ".index.json") || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
-}
-
-// A Hugging Face sharded checkpoint: {"metadata": {"total_size": N}, "weight_map": {name: shard}}.
-// Every shard is opened (a missing one is an error naming it) and its state dict joined into one;
-// what the index says is checked against what the shards hold, and disagreements are problems:
-// a tensor in another shard than the map says, one the map does not list, one the map lists that no
-// shard holds, a name in two shards, a total_size other than the tensors' bytes.
-std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& path, const OpenOptions& options) {
-    std::unique_ptr<Checkpoint> c(new Checkpoint());
-    c->m_path = path;
-    auto j = read_json_file(path);
-    auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a sharded checkpoint index: " + why); };
-    if (!j || !j->is_object() || !j->contains("weight_map") || !(*j)["weight_map"].is_object()) bad("no \"weight_map\" object");
-    c->m_file = std::make_unique<MappedFile>(path);
-    std::string dir = path.rfind('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-    std::vector<std::pair<std::string, std::string>> map;  // name → shard, in the index's order
-    std::unordered_map<std::string, std::string> shard_of;
-    for (auto it = (*j)["weight_map"].begin(); it != (*j)["weight_map"].end(); ++it) {
-        if (!it.value().is_string()) bad("weight_map[\"" + it.key() + "\"] is not a file name");
-        std::string file = it.value().get<std::string>();
-        if (file.empty() || file.find('/') != std::string::npos || file == "..")
-            bad("weight_map[\"" + it.key() + "\"] names \"" + file + "\", not a file beside the index");
-        map.push_back({it.key(), file});
-        shard_of.emplace(it.key(), file);
-        if (std::find(c->m_shard_names.begin(), c->m_shard_names.end(), file) == c->m_shard_names.end())
-            c->m_shard_names.push_back(file);
-    }
-    std::sort(c->m_shard_names.begin(), c->m_shard_names.end());  // model-00001-of-… first
-    Value* root = c->m_arena.make(ValueKind::dict, 0);
-    std::unordered_map<std::string, std::string> holder;  // tensor name → the shard that holds it
-    uint64_t total = 0;
-    for (size_t s = 0; s < c->m_shard_names.size(); ++s) {
-        const std::string& file = c->m_shard_names[s];
-        std::string full = dir + "/" + file;
-        if (::access(full.c_str(), F_OK) != 0)
-            throw Error(ErrorKind::io, path, "shard " + file + " named by the index does not exist");
-        std::unique_ptr<Checkpoint> shard = Checkpoint::open(full, options);
-        if (s == 0) c->m_format = shard->format();
-        size_t storage_base = c->m_storages.size(), tensor_base = c->m_tensors.size();
-        for (size_t r = 0; r < shard->records().size(); ++r) {
-            RecordInfo rec = shard->records()[r];
-            rec.name = file + ":" + rec.name;
-            c->m_record_by_name.emplace(rec.name, c->m_records.size());
-            c->m_records.push_back(rec);
-            c->m_record_owner.push_back({s, r});
-        }
-        for (StorageInfo st : shard->storages()) {
-            st.record = file + ":" + st.record;
-            c->m_storages.push_back(std::move(st));
-        }
-        for (TensorInfo t : shard->tensors()) {
-            t.storage += storage_base;
-            c->m_tensors.push_back(std::move(t));
-        }
-        for (const Problem& p : shard->problems()) c->m_problems.push_back({p.kind, file + ":" + p.key, file + ": " + p.message});
-        for (const auto& e : shard->state_dict().entries) {
-            const Entry& entry = shard->entries()[e.entry];
-            auto [it, fresh] = holder.emplace(e.name, file);
-            if (!fresh) {
-                c->m_problems.push_back({"index_duplicate", e.name, "tensor " + e.name + " is in both " + it->second + " and " + file});
-                continue;
-            }
-            auto listed = shard_of.find(e.name);
-            if (listed == shard_of.end())
-                c->m_problems.push_back({"index_unlisted", e.name, "tensor " + e.name + " of " + file + " is not in the index's weight_map"});
-            else if (listed->second != file)
-                c->m_problems.push_back({"index_wrong_shard", e.name, "tensor " + e.name + " is in " + file + ", the index says " + listed->second});
-            Value* key = c->m_arena.make(ValueKind::string, 0);
-            key->s = c->m_arena.own(e.name);
-            Value* tv = c->m_arena.make(ValueKind::tensor, 0);
-            tv->i = static_cast<int64_t>(tensor_base + *entry.tensor);
-            tv->s = c->m_arena.own(std::string(dtype_name(c->m_tensors[tensor_base + *entry.tensor].dtype)));
-            root->entries.push_back(key);
-            root->entries.push_back(tv);
-            total += c->m_tensors[tensor_base + *entry.tensor].nbytes();
-        }
-        c->m_shards.push_back(std::move(shard));
-    }
-    for (const auto& [name, file] : map)
-        if (!holder.count(name))
-            c->m_problems.push_back({"index_missing_tensor", name, "the index places " + name + " in " + file + ", which does not hold it"});
-    if (j->contains("metadata") && (*j)["metadata"].is_object() && (*j)["metadata"].contains("total_size")) {
-        const auto& ts = (*j)["metadata"]["total_size"];
-        if (!ts.is_number_unsigned() || ts.get<uint64_t>() != total)
-            c->m_problems.push_back({"index_total_size", path, "the index's total_size is " + ts.dump() + ", the tensors hold " +
-                                                                   std::to_string(total) + " bytes"});
-    }
-    c->m_root_value = root;
-    Builder b{*c, options, {}, {}};
-    std::string key;
-    std::unordered_set<const Value*> on_path;
-    b.flatten(root, key, 0, on_path);
-    b.find_state_dict();
-    return c;
-}
-
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const OpenOptions& options) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return open(index_in(path), options);
-    if (ends_with(path, ".index.json")) {
+    if (is_sharded_index(path)) {  // sharded.cpp
         try {
             return open_index(path, options);
         } catch (const Error& e) {

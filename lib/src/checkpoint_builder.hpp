@@ -1,0 +1,36 @@
+// Private to the library: what the format readers of checkpoint.cpp and sharded.cpp share while they
+// fill a Checkpoint (flattening the value tree, checking storages, finding the state dict).
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace ckpt {
+
+struct Checkpoint::Builder {
+    Checkpoint& c;
+    const OpenOptions& options;
+    std::unordered_map<std::string, size_t> entry_by_key;
+
+    void read_torch_zip();
+    void read_safetensors_file();
+    void check_storages();
+    void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
+    void add_leaf(const std::string& key, const Value* v);
+    bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);
+    void find_state_dict();
+    size_t dict_tensor_count(const Value* v) const;
+    void take_dict(const Value* d, const std::string& path);
+    bool is_module(const Value* v) const;
+    void take_module(const Value* m, const std::string& path);
+    void walk_module(const Value* m, const std::string& entry_path, const std::string& name_prefix,
+                     int depth);
+    const Value* resolve(const std::string& dotted, std::string& path_out) const;
+
+    std::unordered_map<const Value*, bool> m_has_tensor;
+};
+
+}  // namespace ckpt
