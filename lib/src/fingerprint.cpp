@@ -8,21 +8,14 @@ extern "C" XXH_errorcode ckpt_avx2_XXH3_128bits_update(XXH3_state_t* state, cons
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
 
 #include "ckpt/error.hpp"
-#include "ckpt/keys.hpp"
-#include "ckpt/mapped_file.hpp"
-#include "ckpt/report.hpp"
 #include "ckpt/zip.hpp"
+#include "tensor_stats.hpp"
 
 namespace ckpt {
 
@@ -379,10 +372,13 @@ void consume_contiguous(const uint8_t* p, uint64_t count, size_t esz, Consume&& 
     }
 }
 
+}  // namespace
+
+namespace detail {
 // `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
 // the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
 TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
-                       uint32_t* crc = nullptr, bool hash_only = false) {
+                       uint32_t* crc, bool hash_only) {
     Decoder decode = hash_only ? nullptr : decoder_for(dtype);
     size_t esz = static_cast<size_t>(dtype_size(dtype));
     Accumulator acc;
@@ -401,22 +397,17 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
     return s;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::stats_over;
 
 TensorStats tensor_stats(const TensorInfo& t, ByteView storage) {
     uint64_t esz = dtype_size(t.dtype);
     uint64_t capacity = storage.size / esz;
     if (t.numel > 0 && static_cast<uint64_t>(t.storage_offset) + t.extent > capacity)
         throw Error(ErrorKind::corrupt, "", "tensor runs past the end of its storage");
-    return stats_over(t.dtype, storage.data, &t, t.numel);
+    return stats_over(t.dtype, storage.data, &t, t.numel, nullptr, false);
 }
-
-namespace {
-// The common case of a state dict: one contiguous tensor that is its whole storage record.
-bool whole_record(const TensorInfo& t, ByteView record) {
-    return t.contiguous() && t.storage_offset == 0 && t.nbytes() == record.size;
-}
-}  // namespace
 
 void for_each_logical_bytes(const TensorInfo& t, ByteView storage,
                             const std::function<void(const uint8_t*, size_t)>& sink) {
@@ -428,249 +419,7 @@ void for_each_logical_bytes(const TensorInfo& t, ByteView storage,
 
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
     if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");
-    return stats_over(dtype, bytes.data, nullptr, count);
-}
-
-// ---- the scan ----
-
-namespace {
-
-struct Selected {
-    std::string key;
-    size_t tensor;
-};
-
-struct WorkItem {
-    size_t record = 0;                 // index into Checkpoint::records
-    std::vector<size_t> tensors;  // unique tensor indices viewing this record's storage
-    uint64_t bytes = 0;           // what it reads
-};
-
-}  // namespace
-
-Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
-    Fingerprint f;
-    f.file = c.path();
-    f.file_size = c.file_size();
-    f.scope = o.all ? "all" : "state_dict";
-
-    std::vector<Selected> selected;
-    if (o.all) {
-        for (const Entry& e : c.entries())
-            if (e.tensor) selected.push_back({e.key, *e.tensor});
-    } else {
-        for (const auto& e : c.state_dict().entries)
-            if (auto t = c.entries()[e.entry].tensor) selected.push_back({e.name, *t});
-    }
-    if (!o.key_globs.empty())
-        selected.erase(std::remove_if(selected.begin(), selected.end(),
-                                      [&](const Selected& s) { return !any_glob_matches(o.key_globs, s.key); }),
-                       selected.end());
-
-    // Which tensors can be read: record present, long enough, view inside it.
-    const auto& storages = c.storages();
-    const auto& tensors = c.tensors();
-    auto readable = [&](size_t ti) {
-        const TensorInfo& t = tensors[ti];
-        const StorageInfo& s = storages[t.storage];
-        if (!s.record_present) return false;
-        uint64_t cap = s.record_size / dtype_size(t.dtype);
-        return t.numel == 0 || static_cast<uint64_t>(t.storage_offset) + t.extent <= cap;
-    };
-
-    std::unordered_map<std::string, size_t> storage_of_record;
-    for (size_t i = 0; i < storages.size(); ++i) storage_of_record.emplace(storages[i].record, i);
-    std::unordered_map<size_t, size_t> item_of_storage;
-    std::vector<WorkItem> items;
-    for (size_t r = 0; r < c.records().size(); ++r) {
-        const RecordInfo& e = c.records()[r];
-        auto it = storage_of_record.find(e.name);
-        if (it != storage_of_record.end()) item_of_storage[it->second] = items.size();
-        if (o.check_crc || it != storage_of_record.end()) items.push_back({r, {}, o.check_crc && e.has_crc ? e.size : 0});
-    }
-    std::unordered_map<size_t, size_t> slot_of_tensor;
-    std::vector<TensorStats> slots;
-    for (const Selected& s : selected) {
-        if (slot_of_tensor.count(s.tensor) || !readable(s.tensor)) continue;
-        slot_of_tensor.emplace(s.tensor, slots.size());
-        slots.emplace_back();
-        WorkItem& w = items[item_of_storage.at(tensors[s.tensor].storage)];
-        w.tensors.push_back(s.tensor);
-        w.bytes += tensors[s.tensor].nbytes();
-    }
-    if (!o.check_crc)  // storage records none of the selected tensors views
-        items.erase(std::remove_if(items.begin(), items.end(), [](const WorkItem& w) { return w.tensors.empty(); }),
-                    items.end());
-    // Largest first, so that one big tensor does not end up alone at the end of the run.
-    std::vector<size_t> order(items.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return items[x].bytes > items[y].bytes; });
-
-    std::vector<RecordCrc> crcs(items.size());
-    uint64_t total = 0;
-    for (const auto& w : items) total += w.bytes;
-    std::atomic<size_t> next{0};
-    std::mutex progress_lock;
-    uint64_t done_bytes = 0, reported = 0;
-    std::exception_ptr failure;
-    std::atomic<bool> failed{false};
-    auto worker = [&]() {
-        try {
-            for (size_t n; (n = next.fetch_add(1)) < order.size();) {
-                if (failed) return;
-                const WorkItem& w = items[order[n]];
-                const RecordInfo& rec = c.records()[w.record];
-                RecordData data = c.record_data(w.record);
-                ByteView v = data.view();
-                bool crc_here = o.check_crc && rec.has_crc;
-                if (w.tensors.size() == 1 && crc_here && whole_record(tensors[w.tensors[0]], v)) {
-                    uint32_t crc = 0;
-                    const TensorInfo& t = tensors[w.tensors[0]];
-                    slots[slot_of_tensor.at(w.tensors[0])] = stats_over(t.dtype, v.data, &t, t.numel, &crc, o.hash_only);
-                    crcs[order[n]] = {rec.name, rec.crc32, crc};
-                } else {
-                    if (crc_here) crcs[order[n]] = {rec.name, rec.crc32, crc32_of(v)};
-                    for (size_t ti : w.tensors)
-                        slots[slot_of_tensor.at(ti)] = o.hash_only ? stats_over(tensors[ti].dtype, v.data, &tensors[ti], tensors[ti].numel, nullptr, true)
-                                                                   : tensor_stats(tensors[ti], v);
-                }
-                // Done with this record: its pages leave this process (resident memory stays at
-                // what the workers read now, whatever the file's size; measured on 1 GiB: 26 MiB
-                // instead of 1 GiB, for ~10% more time in TLB shootdowns).
-                c.record_file(w.record).release(v);
-                if (o.progress) {
-                    std::lock_guard<std::mutex> lock(progress_lock);
-                    done_bytes += w.bytes;
-                    if (done_bytes - reported >= (64u << 20) || done_bytes == total) {
-                        reported = done_bytes;
-                        o.progress(done_bytes, total);
-                    }
-                }
-            }
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(progress_lock);
-            if (!failure) failure = std::current_exception();
-            failed = true;
-        }
-    };
-    unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-    threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, items.size())));
-    std::vector<std::thread> pool;
-    for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    if (failure) std::rethrow_exception(failure);
-
-    for (const Selected& s : selected) {
-        TensorPrint p;
-        p.key = s.key;
-        const TensorInfo& t = tensors[s.tensor];
-        p.dtype = std::string(dtype_name(t.dtype));
-        p.shape = t.shape;
-        auto slot = slot_of_tensor.find(s.tensor);
-        p.readable = slot != slot_of_tensor.end();
-        if (p.readable) p.stats = slots[slot->second];
-        f.tensors.push_back(std::move(p));
-    }
-    if (o.check_crc)  // items are every record, in directory order; safetensors records have no CRC
-        for (size_t i = 0; i < items.size(); ++i)
-            if (c.records()[items[i].record].has_crc) f.records.push_back(std::move(crcs[i]));
-    return f;
-}
-
-// ---- JSON ----
-
-namespace {
-
-nlohmann::json number_json(const std::optional<double>& v) {
-    if (!v) return nullptr;
-    if (std::isnan(*v)) return "nan";
-    if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
-    return *v;
-}
-
-std::optional<double> number_from(const nlohmann::json& j, const std::string& where, const std::string& path) {
-    if (j.is_null()) return std::nullopt;
-    if (j.is_number()) return j.get<double>();
-    if (j.is_string()) {
-        std::string s = j.get<std::string>();
-        if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-        if (s == "inf") return k_inf;
-        if (s == "-inf") return -k_inf;
-    }
-    throw Error(ErrorKind::format, path, "not a fingerprint: " + where + " is not a number");
-}
-
-const char* k_stat_names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};
-
-}  // namespace
-
-nlohmann::json stats_json(const TensorStats& s) {
-    nlohmann::json j;
-    j["count"] = s.count;
-    const std::optional<double>* v[] = {&s.mean, &s.std, &s.min, &s.max, &s.abs_mean, &s.l2};
-    for (size_t i = 0; i < 6; ++i) j[k_stat_names[i]] = number_json(*v[i]);
-    j["nan"] = s.nan;
-    j["inf"] = s.inf;
-    j["hash"] = s.hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.hash);
-    return j;
-}
-
-nlohmann::json to_json(const Fingerprint& f) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "fingerprint";
-    j["file"] = f.file;
-    j["file_size"] = f.file_size;
-    j["scope"] = f.scope;
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& t : f.tensors) {
-        nlohmann::json r = {{"key", t.key}, {"dtype", t.dtype}, {"shape", t.shape}};
-        r.update(stats_json(t.stats));
-        if (!t.readable) r["hash"] = nullptr;
-        rows.push_back(std::move(r));
-    }
-    j["tensors"] = std::move(rows);
-    return j;
-}
-
-Fingerprint fingerprint_from_json(const std::string& path, const nlohmann::json& j) {
-    auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a fingerprint: " + why); };
-    if (!j.is_object() || !j.contains("tensors") || !j["tensors"].is_array()) bad("no \"tensors\" list");
-    Fingerprint f;
-    f.file = j.value("file", path);
-    f.file_size = j.contains("file_size") && j["file_size"].is_number_unsigned() ? j["file_size"].get<uint64_t>() : 0;
-    f.scope = j.contains("scope") && j["scope"].is_string() ? j["scope"].get<std::string>() : "state_dict";
-    size_t n = 0;
-    for (const auto& r : j["tensors"]) {
-        std::string where = "tensor " + std::to_string(++n);
-        if (!r.is_object() || !r.contains("key") || !r["key"].is_string()) bad(where + " has no \"key\"");
-        TensorPrint t;
-        t.key = r["key"].get<std::string>();
-        if (!r.contains("dtype") || !r["dtype"].is_string()) bad(where + " has no \"dtype\"");
-        t.dtype = r["dtype"].get<std::string>();
-        if (!r.contains("shape") || !r["shape"].is_array()) bad(where + " has no \"shape\"");
-        for (const auto& d : r["shape"]) {
-            if (!d.is_number_integer()) bad(where + ": \"shape\" is not a list of integers");
-            t.shape.push_back(d.get<int64_t>());
-        }
-        std::optional<double>* v[] = {&t.stats.mean, &t.stats.std, &t.stats.min, &t.stats.max, &t.stats.abs_mean, &t.stats.l2};
-        for (size_t i = 0; i < 6; ++i)
-            if (r.contains(k_stat_names[i])) *v[i] = number_from(r[k_stat_names[i]], where + "." + k_stat_names[i], path);
-        auto count = [&](const char* name) -> uint64_t {
-            if (!r.contains(name) || r[name].is_null()) return 0;
-            if (!r[name].is_number_unsigned()) bad(where + "." + name + " is not a count");
-            return r[name].get<uint64_t>();
-        };
-        t.stats.count = count("count");
-        t.stats.nan = count("nan");
-        t.stats.inf = count("inf");
-        if (r.contains("hash") && r["hash"].is_string()) t.stats.hash = r["hash"].get<std::string>();
-        t.readable = !t.stats.hash.empty();
-        f.tensors.push_back(std::move(t));
-    }
-    return f;
+    return stats_over(dtype, bytes.data, nullptr, count, nullptr, false);
 }
 
 }  // namespace ckpt
