@@ -19,7 +19,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_repair import Suite, schema_problems  # noqa: E402
+from test_repair import schema_problems, suite_main  # noqa: E402
 
 NAMES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8,
          "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool,
@@ -279,17 +279,7 @@ def test_convert(s):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    if os.path.exists(args.work):
-        shutil.rmtree(args.work)
-    os.makedirs(args.work)
-    s = Suite(os.path.abspath(args.tool), os.path.abspath(args.work))
-    test_convert(s)
-    print("%d passed, %d failed" % (s.passed, len(s.failures)))
-    return 1 if s.failures else 0
+    return suite_main(lambda s, _args: test_convert(s))
 
 
 if __name__ == "__main__":

@@ -620,20 +620,28 @@ def test_diff_keys(s):
             and lines[2].strip().startswith("ckpt-tool strip-prefix"), "text output:\n" + r.stdout[:500])
 
 
-def main():
+def suite_main(body, options=()):
+    """The main of every integration test: --tool, --work (emptied first) and `options`; runs
+    body(suite, args); prints "N passed, M failed"; returns the exit code."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--work", required=True)
+    for name in ("--tool", "--work") + tuple(options):
+        ap.add_argument(name, required=True)
     args = ap.parse_args()
     if os.path.exists(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
     s = Suite(os.path.abspath(args.tool), os.path.abspath(args.work))
-    test_repairs(s)
-    test_failures(s)
-    test_diff_keys(s)
+    body(s, args)
     print("%d passed, %d failed" % (s.passed, len(s.failures)))
     return 1 if s.failures else 0
+
+
+def main():
+    def body(s, _args):
+        test_repairs(s)
+        test_failures(s)
+        test_diff_keys(s)
+    return suite_main(body)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_repair import Suite, schema_problems  # noqa: E402  (one harness for the integration tests)
+from test_repair import Suite, schema_problems, suite_main  # noqa: E402  (one harness for the integration tests)
 
 STATS = ["mean", "std", "min", "max", "abs_mean", "l2"]
 
@@ -416,26 +416,17 @@ def test_no_libtorch(s):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tool", required=True)
-    ap.add_argument("--oracle", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    if os.path.exists(args.work):
-        shutil.rmtree(args.work)
-    os.makedirs(args.work)
-    s = Suite(os.path.abspath(args.tool), os.path.abspath(args.work))
-    fixtures = os.path.join(args.work, "fixtures")
-    subprocess.run([sys.executable, os.path.join(HERE, "..", "fixtures", "make_fixtures.py"), fixtures],
-                   check=True, capture_output=True)
-    test_stats(s)
-    test_oracle(s, os.path.abspath(args.oracle), fixtures)
-    test_integrity_and_drift(s)
-    test_torchscript_and_optimizer(s)
-    test_safetensors_read(s)
-    test_no_libtorch(s)
-    print("%d passed, %d failed" % (s.passed, len(s.failures)))
-    return 1 if s.failures else 0
+    def body(s, args):
+        fixtures = os.path.join(args.work, "fixtures")
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "fixtures", "make_fixtures.py"), fixtures],
+                       check=True, capture_output=True)
+        test_stats(s)
+        test_oracle(s, os.path.abspath(args.oracle), fixtures)
+        test_integrity_and_drift(s)
+        test_torchscript_and_optimizer(s)
+        test_safetensors_read(s)
+        test_no_libtorch(s)
+    return suite_main(body, ("--oracle",))
 
 
 if __name__ == "__main__":
