@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -17,9 +18,16 @@
 namespace testing {
 
 std::string scratch_dir(const std::string& name) {
-    std::string base = std::string(CKPT_TEST_SCRATCH) + "/" + name;
+    // One directory per process: ctest runs the cases as parallel processes, and emptying a
+    // directory another case is using made them fail now and then.
+    std::string base = std::string(CKPT_TEST_SCRATCH) + "/" + name + "." + std::to_string(::getpid());
     std::string cmd = "rm -rf '" + base + "' && mkdir -p '" + base + "'";
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("cannot make " + base);
+    static std::vector<std::string> made;  // removed when the process ends
+    if (made.empty()) std::atexit([] {
+        for (const auto& d : made) std::system(("rm -rf '" + d + "'").c_str());
+    });
+    if (std::find(made.begin(), made.end(), base) == made.end()) made.push_back(base);
     return base;
 }
 
