@@ -16,8 +16,8 @@ struct StripPrefixArgs {
 Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global) {
     auto a = std::make_shared<StripPrefixArgs>();
     ckpt::StripPrefixRequest& r = a->request;
-    sub.add_option("IN", r.input, "Checkpoint to repair (never modified, unless --in-place)")->required();
-    sub.add_option("-o,--output", r.output, "Where to write the repaired checkpoint");
+    sub.add_option("IN", r.input, "Checkpoint to repair: a file, or a sharded index or its directory (never modified, unless --in-place)")->required();
+    sub.add_option("-o,--output", r.output, "Where to write the repaired checkpoint (sharded: the new index, or a directory for it and its shards)");
     sub.add_option("--prefix", r.options.prefixes,
                    "Remove exactly this prefix from every key that has it (repeatable, applied in order); "
                    "default: module. and _orig_mod., repeatedly, when every key carries them");

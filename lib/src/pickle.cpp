@@ -297,9 +297,12 @@ private:
     PickleTrace* m_trace;
     std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
     std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
+    const Value* m_last_tuple = nullptr;  // tracing: the last MARK … TUPLE, and where its items came from
+    std::vector<uint64_t> m_last_tuple_pos;
     const uint64_t* popped_pos() const { return m_trace ? m_popped_pos.data() : nullptr; }
     Value* traced_get(Value* v) {
-        if (m_trace && v->kind == ValueKind::string) m_trace->string_gets.push_back({v, m_op_pos});
+        if (m_trace && (v->kind == ValueKind::string || v->kind == ValueKind::global))
+            m_trace->string_gets.push_back({v, m_op_pos});
         return v;
     }
 };
@@ -395,7 +398,15 @@ PickleResult Machine::run() {
             case 0x88: push(m_arena.boolean(true)); break;
             case 0x89: push(m_arena.boolean(false)); break;
             case ')': push(make_seq(ValueKind::tuple, {})); break;
-            case 't': push(make_seq(ValueKind::tuple, pop_mark())); break;
+            case 't': {
+                Value* t = make_seq(ValueKind::tuple, pop_mark());
+                if (m_trace) {
+                    m_last_tuple = t;
+                    m_last_tuple_pos = m_popped_pos;
+                }
+                push(t);
+                break;
+            }
             case 0x85: { Value* a = pop(); push(make_seq(ValueKind::tuple, {a})); break; }
             case 0x86: { Value* b = pop(); Value* a = pop(); push(make_seq(ValueKind::tuple, {a, b})); break; }
             case 0x87: {
@@ -440,6 +451,8 @@ PickleResult Machine::run() {
                 break;
             }
             case 0x93: {
+                if (m_trace && m_stack.size() > mark_base())
+                    m_trace->stack_globals.push_back({m_op_pos, m_push_pos.back(), m_stack.back()});
                 Value* name = pop();
                 Value* module = pop();
                 if (module->kind != ValueKind::string || name->kind != ValueKind::string)
@@ -516,6 +529,8 @@ PickleResult Machine::run() {
             }
             case 'Q': {
                 Value* pid = pop();
+                if (m_trace && pid == m_last_tuple && m_last_tuple_pos.size() >= 2)
+                    m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1]});
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
             }
@@ -561,6 +576,7 @@ uint64_t traced_opcode_length(ByteView pickle, uint64_t pos) {
             case 0x8c: case 'U': return sized(in.u8());
             case 0x8d: return sized(in.u64le());
             case 'S': case 'V': case 'g': case 'p': return line();
+            case 'c': in.line(); return line();  // GLOBAL: module and name lines
             case 'h': case 'q': return sized(1);
             case 'j': case 'r': return sized(4);
             case 0x94: return 1;

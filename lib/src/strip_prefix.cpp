@@ -15,6 +15,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "ckpt/rewrite.hpp"
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/zip_writer.hpp"
@@ -52,12 +53,13 @@ const Value* metadata_of(const Value* state_dict) {
     return m && m->kind == ValueKind::dict ? m : nullptr;
 }
 
-std::string binunicode(std::string_view s) {
-    std::string op = "X";
-    uint64_t n = s.size();
-    for (int i = 0; i < 4; ++i) op += static_cast<char>((n >> (8 * i)) & 0xff);
-    op += s;
-    return op;
+std::vector<KeyRename> metadata_renames(const Value* state_dict, const RenameRule& rule) {
+    std::vector<KeyRename> out;
+    for (const auto& k : string_keys(metadata_of(state_dict))) {
+        std::string to = rule.metadata_key(k);
+        if (to != k) out.push_back({k, to});
+    }
+    return out;
 }
 
 }  // namespace
@@ -164,10 +166,7 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
         for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
         fail(msg);
     }
-    for (const auto& k : string_keys(metadata_of(sd.value))) {
-        std::string to = plan.rule.metadata_key(k);
-        if (to != k) plan.metadata.push_back({k, to});
-    }
+    plan.metadata = metadata_renames(sd.value, plan.rule);
     return plan;
 }
 
@@ -181,11 +180,7 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     for (const auto& r : plan.renamed) key_map.emplace(r.from, r.to);
     for (const auto& r : plan.metadata) md_map.emplace(r.from, r.to);
 
-    struct Edit {
-        uint64_t pos, len;
-        std::string text;
-    };
-    std::vector<Edit> edits;
+    std::vector<PickleEdit> edits;
     std::unordered_set<const Value*> rewritten;  // strings whose pushing opcode now says the new name
     std::unordered_set<uint64_t> sites;
     std::unordered_set<std::string> found;
@@ -215,25 +210,12 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     for (const auto& g : trace->string_gets)
         if (rewritten.count(g.value) && !sites.count(g.pos))
             edits.push_back({g.pos, traced_opcode_length(pk, g.pos), binunicode(g.value->s)});
-    for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), ""});
     for (const auto& r : plan.renamed)
         if (!found.count(r.from))
             throw Error(ErrorKind::unsupported, c.path(),
                         c.pickle_record() + ": cannot find where key " + in_quotes(r.from) + " is written");
 
-    std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.pos < b.pos; });
-    std::string out;
-    out.reserve(pk.size + edits.size() * 16);
-    uint64_t at = 0;
-    for (const Edit& e : edits) {
-        if (e.pos < at || e.len == 0)
-            throw Error(ErrorKind::corrupt, c.path(), c.pickle_record() + ": overlapping pickle edits", e.pos);
-        out.append(reinterpret_cast<const char*>(pk.data) + at, e.pos - at);
-        out += e.text;
-        at = e.pos + e.len;
-    }
-    out.append(reinterpret_cast<const char*>(pk.data) + at, pk.size - at);
-    return out;
+    return apply_pickle_edits(c, std::move(edits));
 }
 
 namespace {
@@ -242,25 +224,6 @@ bool same_file(const std::string& a, const std::string& b) {
     struct stat sa {}, sb {};
     return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
-}
-
-uint64_t write_renamed(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
-                       size_t& records) {
-    const ZipArchive& zip = c.zip();
-    ZipWriter w(fd, target);
-    ByteView pv{reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size()};
-    for (const ZipEntry& e : zip.entries()) {
-        if (e.name == c.pickle_record()) {
-            w.add(e.name, pv, crc32_of(pv));
-        } else if (e.method == 0) {
-            w.add_copy(e.name, c.file().fd(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
-        } else {
-            RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
-            w.add(e.name, d.view(), e.crc32);
-        }
-    }
-    records = w.records();
-    return w.finish();
 }
 
 // safetensors: the same header with the new names (and aliases recorded in __metadata__ renamed the
@@ -318,6 +281,79 @@ void check_written(const Checkpoint& in, const RenamePlan& plan, const std::stri
     if (string_keys(out->state_dict().value) != expected) fail("state-dict keys differ from the plan");
 }
 
+void refuse_damaged(const Checkpoint& c) {
+    if (!c.problems().empty())
+        throw Error(ErrorKind::corrupt, c.path(),
+                    "will not repair a damaged checkpoint: " + c.problems().front().message +
+                        (c.problems().size() > 1 ? " (and " + std::to_string(c.problems().size() - 1) + " more)" : ""));
+}
+
+std::string dir_of(const std::string& path) { return path.rfind('/') == std::string::npos ? "." : path.substr(0, path.rfind('/')); }
+std::string base_of(const std::string& path) { return path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1); }
+
+// A sharded checkpoint (an index and its shards): the plan made on all of its keys at once, then
+// each shard renamed the way a single file is, under its own name beside the output index, and the
+// index with its weight_map renamed (everything else in it kept). Every file is written and checked
+// before the first is renamed into place.
+StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefixReport r) {
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, rq.open);
+    refuse_damaged(*c);
+    r.plan = plan_rename(*c, rq.options);
+    if (rq.dry_run) return r;
+    std::string in_index = c->path(), in_dir = dir_of(in_index);
+    struct stat st {};
+    std::string target = rq.in_place ? in_index
+                         : ::stat(rq.output.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? rq.output + "/" + base_of(in_index)
+                                                                                      : rq.output;
+    std::string out_dir = dir_of(target);
+    if (!rq.in_place && same_file(out_dir, in_dir))
+        throw Error(ErrorKind::usage, target, "the shards keep their names, so beside the input's index they would replace the input's shards: "
+                                              "give another directory, or --in-place");
+    std::vector<std::string> targets;
+    for (const auto& name : c->shards()) targets.push_back(out_dir + "/" + name);
+    targets.push_back(target);
+    if (!rq.in_place && !rq.force)
+        for (const auto& t : targets)
+            if (::stat(t.c_str(), &st) == 0) throw Error(ErrorKind::usage, t, "exists (use --force to overwrite)");
+
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    OpenOptions open = rq.open;
+    open.trace_pickle = true;
+    for (size_t i = 0; i < c->shards().size(); ++i) {
+        std::unique_ptr<Checkpoint> shard = Checkpoint::open(in_dir + "/" + c->shards()[i], open);
+        refuse_damaged(*shard);
+        RenamePlan plan;
+        plan.rule = r.plan.rule;
+        for (const auto& k : string_keys(shard->state_dict().value))
+            if (plan.rule.key(k) != k) plan.renamed.push_back({k, plan.rule.key(k)});
+        plan.metadata = metadata_renames(shard->state_dict().value, plan.rule);
+        files.push_back(std::make_unique<AtomicFile>(targets[i]));
+        size_t records = 0;
+        if (shard->format() == Format::safetensors) {
+            r.bytes_written += write_renamed_safetensors(*shard, plan, files.back()->fd(), targets[i], records);
+        } else {
+            std::string pickle = patch_pickle(*shard, plan);
+            r.bytes_written += write_torch_zip(*shard, pickle, files.back()->fd(), targets[i], records);
+        }
+        r.records += records;
+        check_written(*shard, plan, files.back()->temp_path(), rq.open, targets[i]);
+    }
+    // The index as it was (its order and its metadata), with the weight map's names renamed.
+    MappedFile index_file(in_index);
+    ByteView iv = index_file.view();
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(iv.data, iv.data + iv.size);
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) map[r.plan.rule.key(it.key())] = it.value();
+    j["weight_map"] = map;
+    std::string text = j.dump(2) + "\n";
+    files.push_back(std::make_unique<AtomicFile>(target));
+    write_all(files.back()->fd(), text.data(), text.size(), 0, target);
+    r.bytes_written += text.size();
+    for (auto& f : files) f->commit(rq.force || rq.in_place);
+    r.output = target;
+    return r;
+}
+
 }  // namespace
 
 StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
@@ -329,6 +365,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
     if (!rq.in_place && rq.output.empty() && !rq.dry_run)
         throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
+    if (is_sharded_index(rq.input)) return strip_prefix_sharded(rq, r);
     std::string target = rq.output;
     if (rq.in_place) {
         // Through a symlink, replace the file it names (as the user means), not the link.
@@ -349,12 +386,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     OpenOptions open = rq.open;
     open.trace_pickle = true;
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
-    if (!c->shards().empty())
-        throw Error(ErrorKind::unsupported, rq.input, "strip-prefix does not rewrite sharded checkpoints yet");
-    if (!c->problems().empty())
-        throw Error(ErrorKind::corrupt, rq.input,
-                    "will not repair a damaged checkpoint: " + c->problems().front().message +
-                        (c->problems().size() > 1 ? " (and " + std::to_string(c->problems().size() - 1) + " more)" : ""));
+    refuse_damaged(*c);
     r.plan = plan_rename(*c, rq.options);
     if (rq.dry_run) return r;
 
@@ -363,7 +395,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         r.bytes_written = write_renamed_safetensors(*c, r.plan, out.fd(), target, r.records);
     } else {
         std::string pickle = patch_pickle(*c, r.plan);
-        r.bytes_written = write_renamed(*c, pickle, out.fd(), target, r.records);
+        r.bytes_written = write_torch_zip(*c, pickle, out.fd(), target, r.records);
     }
     OpenOptions reread = rq.open;
     check_written(*c, r.plan, out.temp_path(), reread, target);

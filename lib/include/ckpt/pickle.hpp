@@ -46,11 +46,22 @@ struct PickleTrace {
         uint64_t pos;       // the opcode that pushed the key
     };
     struct StringGet {
-        const Value* value;  // the string a GET fetched from the memo
+        const Value* value;  // the string (or global) a GET fetched from the memo
         uint64_t pos;        // the GET opcode
     };
+    struct PersistentIdSite {
+        const Value* pid;    // the tuple a BINPERSID consumed (torch: 'storage', class, key, location, numel)
+        uint64_t type_pos;   // the opcode that pushed its second element (the storage class)
+    };
+    struct StackGlobal {
+        uint64_t pos;       // the STACK_GLOBAL opcode
+        uint64_t name_pos;  // the opcode that pushed its name string
+        const Value* name;  // that string
+    };
     std::vector<KeySite> key_sites;   // SETITEM, SETITEMS and DICT, in execution order
-    std::vector<StringGet> string_gets;
+    std::vector<StringGet> string_gets;  // GETs of strings and of globals
+    std::vector<PersistentIdSite> persistent_ids;  // BINPERSIDs of a tuple built just before
+    std::vector<StackGlobal> stack_globals;
     std::vector<uint64_t> frames;     // FRAME opcodes (9 bytes each)
 };
 
@@ -67,7 +78,7 @@ PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
                         PickleTrace* trace = nullptr);
 
 // Length in bytes of the opcode (with its argument) at `pos` of a pickle, for the opcodes a trace
-// points at: string pushes, GETs, PUTs, MEMOIZE, FRAME. Returns 0 for any other opcode.
+// points at: string pushes, GLOBAL, GETs, PUTs, MEMOIZE, FRAME. Returns 0 for any other opcode.
 uint64_t traced_opcode_length(ByteView pickle, uint64_t pos);
 
 // Python 2 module names that pickle's fix_imports maps (`__builtin__` → `builtins`, `copy_reg` → …).

@@ -1,0 +1,51 @@
+// Writing a torch zip checkpoint back with a patched pickle (strip-prefix renames keys, convert
+// recasts storages): the edits to data.pkl, and the zip written again as torch writes it.
+//
+// A patch replaces whole opcodes and leaves every other byte of the pickle as torch wrote it; FRAME
+// opcodes are dropped (framing is optional and their lengths would be stale). No global is added that
+// torch's weights_only unpickler would refuse.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/dtype.hpp"
+
+namespace ckpt {
+
+class ZipWriter;
+struct ZipEntry;
+
+struct PickleEdit {
+    uint64_t pos, len;  // the opcode replaced, within the pickle
+    std::string text;   // what it becomes
+};
+
+// A BINUNICODE opcode pushing `s`.
+std::string binunicode(std::string_view s);
+
+// The checkpoint's pickle with `edits` applied and its FRAMEs dropped. `c` must be opened with
+// trace_pickle. Throws Error(corrupt) for overlapping edits.
+std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edits);
+
+// The edits that make the storages in `retype` (storage index → dtype) referenced by that dtype's
+// storage class (FloatStorage → BFloat16Storage): the class pushed for each of their persistent ids
+// changes (a GLOBAL's text; for STACK_GLOBAL, the push of its name string), and where a class object
+// fetched from the memo is no longer the one a GET's site needs, that GET pushes the class inline.
+// Throws Error(unsupported) for a storage whose class is pushed in a way this cannot rewrite.
+std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordered_map<size_t, DType>& retype);
+
+// The checkpoint's zip written to `fd` as torch writes one (STORED, 64-byte aligned, records in the
+// same order): `pickle` for its pickle record; `custom` is asked first for each record and returns
+// true when it wrote the record itself; the others are copied by the kernel (STORED) or inflated
+// (DEFLATE). Returns the file size; `records` gets the record count.
+uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
+                         size_t& records,
+                         const std::function<bool(const ZipEntry&, ZipWriter&)>& custom = nullptr);
+
+}  // namespace ckpt
