@@ -21,15 +21,16 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("IN", r.input, "Checkpoint to convert (never modified)")->required();
     sub.add_option("-o,--output", r.output, "The file to write")->required();
     sub.add_option("--to", r.to, "safetensors or pth (default: from OUT's extension)");
-    sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable)");
+    sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable; the input's own is carried)");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
     sub.add_option("--dtype", a->dtype,
                    "bfloat16|float16|float32|float64: cast floating-point tensors (PyTorch's rounding, through the "
                    "LibTorch backend); integer and bool tensors are never cast");
     sub.add_option("--max-shard-size", a->max_shard_size,
-                   "Write safetensors shards of at most this size (2GB, 500MiB …) and a Hugging Face index");
+                   "Write shards of at most this size (2GB, 500MiB …) and a Hugging Face index (safetensors or pth)");
     sub.add_flag("--weights-only", r.weights_only,
-                 "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed)");
+                 "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed); "
+                 "without it pth → pth keeps the whole checkpoint");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/convert.schema.json)");

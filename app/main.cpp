@@ -42,7 +42,8 @@ const Command k_commands[] = {
      "  ckpt-tool strip-prefix ddp.pth -o plain.pth\n"
      "  ckpt-tool strip-prefix lightning.ckpt --state-dict-key state_dict --prefix model. -o plain.ckpt\n"
      "  ckpt-tool strip-prefix plain.pth --add-prefix module. -o wrapped.pth\n"
-     "  ckpt-tool strip-prefix ddp.pth --dry-run",
+     "  ckpt-tool strip-prefix ddp.pth --dry-run\n"
+     "  ckpt-tool strip-prefix shards/ -o plain/          # a sharded checkpoint: every shard and the index",
      setup_strip_prefix},
     {"verify", "Check integrity (CRC-32, bounds, NaN/Inf, unsafe globals, optimizer fit) and, against a "
                "fingerprint or another checkpoint, numeric drift per tensor. Exit 1 on any finding.",
@@ -52,10 +53,13 @@ const Command k_commands[] = {
      "  ckpt-tool verify rank0.pth rank1.pth --exact",
      setup_verify},
     {"convert", "Write a checkpoint's state dict as safetensors (tied tensors once, aliases in __metadata__, "
-                "views contiguous), or safetensors as a .pth; every output read back and compared before it is kept.",
+                "views contiguous), safetensors as a .pth, or a whole .pth again (cast, or cut to its state dict, "
+                "or in shards); every output read back and compared before it is kept.",
      "  ckpt-tool convert model.pth -o model.safetensors\n"
      "  ckpt-tool convert model.safetensors -o model.pth\n"
-     "  ckpt-tool convert ckpt.pth --state-dict-key model -o model.safetensors --metadata source=run42",
+     "  ckpt-tool convert ckpt.pth --state-dict-key model -o model.safetensors --metadata source=run42\n"
+     "  ckpt-tool convert train.pth -o train.bf16.pth --dtype bfloat16   # optimizer and args kept\n"
+     "  ckpt-tool convert train.pth -o release/pytorch_model.bin --weights-only --max-shard-size 2GB",
      setup_convert},
 };
 

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ckpt/atomic_file.hpp"
 #include "ckpt/error.hpp"
@@ -22,6 +23,7 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/torch_backend.hpp"
 #include "ckpt/zip.hpp"
+#include "convert_detail.hpp"
 
 namespace ckpt {
 
@@ -43,15 +45,16 @@ std::string target_format(const ConvertRequest& rq) {
     throw Error(ErrorKind::usage, rq.output, "cannot tell the format from the extension; give --to safetensors|pth");
 }
 
+}  // namespace
+
+namespace detail {
+
 bool castable(DType d) {
     return d == DType::float32 || d == DType::float64 || d == DType::float16 || d == DType::bfloat16;
 }
 
-// The dtype a tensor is written as: --dtype for floating-point tensors, integers and bools never.
 DType out_dtype(const ConvertRequest& rq, DType d) { return rq.dtype && castable(d) ? *rq.dtype : d; }
 
-// The logical bytes of `t` cast to `to` (PyTorch's rounding, through the backend), handed to `sink`
-// a chunk at a time.
 void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
                 const std::function<void(const uint8_t*, size_t)>& sink) {
     const TorchBackend& backend = TorchBackend::get();
@@ -62,95 +65,74 @@ void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
     });
 }
 
+std::string cast_hash(const Checkpoint& c, size_t ti, DType to) {
+    const TensorInfo& t = c.tensors()[ti];
+    RecordData data = c.record_data(*c.record_index(c.storages()[t.storage].record));
+    std::vector<uint8_t> bytes;
+    cast_bytes(t, data.view(), to, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });
+    return buffer_stats(to, {bytes.data(), bytes.size()}, t.numel).hash;
+}
+
+std::vector<size_t> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max, size_t& shards) {
+    std::vector<size_t> shard_of;
+    shards = 1;
+    uint64_t in_shard = 0;
+    for (uint64_t bytes : sizes) {
+        if (max && in_shard > 0 && in_shard + bytes > max) {
+            ++shards;
+            in_shard = 0;
+        }
+        shard_of.push_back(shards - 1);
+        in_shard += bytes;
+    }
+    return shard_of;
+}
+
+std::string base_name(const std::string& path) {
+    return path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+}
+
+std::string shard_path(const std::string& output, size_t n, size_t count) {
+    size_t slash = output.rfind('/');
+    size_t dot = output.rfind('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = output.size();
+    char part[64];
+    std::snprintf(part, sizeof part, "-%05zu-of-%05zu", n + 1, count);
+    return output.substr(0, dot) + part + output.substr(dot);
+}
+
+void check_absent(const std::vector<std::string>& paths, bool force) {
+    struct stat st {};
+    if (!force)
+        for (const auto& path : paths)
+            if (::stat(path.c_str(), &st) == 0) throw Error(ErrorKind::usage, path, "exists (use --force to overwrite)");
+}
+
+std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_size,
+                                        const std::vector<std::pair<std::string, std::string>>& weight_map,
+                                        uint64_t& bytes_written) {
+    nlohmann::ordered_json j;
+    j["metadata"] = {{"total_size", total_size}};
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (const auto& [name, file] : weight_map) map[name] = file;
+    j["weight_map"] = map;
+    std::string text = j.dump(2) + "\n";
+    auto index = std::make_unique<AtomicFile>(path);
+    write_all(index->fd(), text.data(), text.size(), 0, path);
+    bytes_written += text.size();
+    return index;
+}
+
 struct Planned {
     std::string name;
     size_t tensor;
     uint64_t begin = 0, end = 0;  // offsets in the data buffer
 };
 
-// A state dict as torch.save writes one (a STORED, 64-byte aligned zip: ROOT/data.pkl, ROOT/data/N,
-// ROOT/version): from safetensors, or the state dict of a training checkpoint (--weights-only),
-// every tensor keeping its storage, offset and strides (tied weights and views stay shared). The
-// aliases safetensors' converters record in __metadata__ (alias → kept name) become shared storage
-// again.
-void write_pth(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r) {
-    std::string base = rq.output.substr(rq.output.rfind('/') == std::string::npos ? 0 : rq.output.rfind('/') + 1);
-    std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
-    std::vector<PickledTensor> pickled;
-    std::unordered_map<std::string, size_t> by_name;
-    std::unordered_map<size_t, size_t> key_of_storage;  // input storage → its record in the output
-    std::vector<size_t> storages;
-    std::unordered_map<size_t, DType> untyped_as;        // untyped storages get their tensors' dtype
-    for (const auto& e : c.state_dict().entries) {
-        const TensorInfo& t = c.tensors()[*c.entries()[e.entry].tensor];
-        const StorageInfo& st = c.storages()[t.storage];
-        auto [it, fresh] = key_of_storage.emplace(t.storage, storages.size());
-        if (fresh) storages.push_back(t.storage);
-        uint64_t numel = st.numel;
-        if (st.dtype == DType::untyped) {
-            auto [u, first] = untyped_as.emplace(t.storage, t.dtype);
-            if (!first && u->second != t.dtype)
-                throw Error(ErrorKind::unsupported, rq.input, "storage " + st.key + " is viewed as " +
-                                                                  std::string(dtype_name(u->second)) + " and as " +
-                                                                  std::string(dtype_name(t.dtype)) + ": a typed storage cannot hold both");
-            numel = st.record_size / dtype_size(t.dtype);
-        }
-        by_name.emplace(e.name, pickled.size());
-        pickled.push_back({e.name, std::to_string(it->second), out_dtype(rq, t.dtype), numel, t.storage_offset, t.shape, t.stride});
-        r.cast += out_dtype(rq, t.dtype) != t.dtype;
-    }
-    size_t named = pickled.size();
-    for (const auto& [alias, kept] : c.metadata()) {
-        auto it = by_name.find(kept);
-        if (it == by_name.end() || by_name.count(alias)) continue;  // not an alias: other metadata
-        PickledTensor a = pickled[it->second];
-        a.name = alias;
-        pickled.push_back(a);
-        r.deduplicated.push_back({alias, kept});
-    }
-    std::string pkl = state_dict_pickle(pickled);
-    ZipWriter w(out.fd(), rq.output);
-    ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
-    w.add(root + "/data.pkl", pv, crc32_of(pv));
-    uint64_t total = 0, done = 0;
-    for (size_t sidx : storages) total += c.records()[*c.record_index(c.storages()[sidx].record)].size;
-    for (size_t i = 0; i < storages.size(); ++i) {
-        size_t record = *c.record_index(c.storages()[storages[i]].record);
-        const RecordInfo& rec = c.records()[record];
-        std::string name = root + "/data/" + std::to_string(i);
-        done += rec.size;
-        if (rq.progress) rq.progress(done, total);
-        DType from = c.storages()[storages[i]].dtype;
-        if (from == DType::untyped) from = untyped_as.at(storages[i]);
-        if (out_dtype(rq, from) != from) {  // the whole storage cast: every view of it stays a view
-            RecordData data = c.record_data(record);
-            std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), out_dtype(rq, from));
-            ByteView cv{cast.data(), cast.size()};
-            w.add(name, cv, crc32_of(cv));
-            c.record_file(record).release(data.view());
-            continue;
-        }
-        auto at = c.record_file_offset(record);
-        if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
-            w.add_copy(name, c.record_file(record).fd(), *at, rec.size, rec.crc32);
-            continue;
-        }
-        RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
-        uint32_t crc = rec.has_crc ? rec.crc32 : crc32_of(data.view());
-        if (at) w.add_copy(name, c.record_file(record).fd(), *at, rec.size, crc);
-        else w.add(name, data.view(), crc);
-        c.record_file(record).release(data.view());
-    }
-    r.tensors = named;
-    static const uint8_t version[] = {'3', '\n'};
-    w.add(root + "/version", {version, 2}, crc32_of({version, 2}));
-    r.bytes_written = w.finish();
-}
-
 // The output opened again by the same checking readers as any input, and every tensor's content
 // hash compared with the source's (aliases with the tensor they alias).
 void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
-                    std::optional<size_t> expected_count = std::nullopt, std::optional<Fingerprint>* source_cache = nullptr) {
+                    std::optional<size_t> expected_count, std::optional<Fingerprint>* source_cache) {
     if (!rq.verify) return;
     auto fail = [&](const std::string& why) {
         throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
@@ -194,18 +176,16 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
         std::string want_hash = s->stats.hash;
         if (dt && want_dtype != *dt) {
             auto a = alias_of.find(t.key);
-            const TensorInfo& ti = c.tensors()[source_tensor.at(a == alias_of.end() ? t.key : a->second)];
-            RecordData data = c.record_data(*c.record_index(c.storages()[ti.storage].record));
-            std::vector<uint8_t> bytes;
-            cast_bytes(ti, data.view(), want_dtype, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });
-            want_hash = buffer_stats(want_dtype, {bytes.data(), bytes.size()}, ti.numel).hash;
+            want_hash = cast_hash(c, source_tensor.at(a == alias_of.end() ? t.key : a->second), want_dtype);
         }
         if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
     }
     r.verified = true;
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 ConvertReport convert(const ConvertRequest& rq) {
     ConvertReport r;
@@ -220,29 +200,37 @@ ConvertReport convert(const ConvertRequest& rq) {
         if (!rq.force) throw Error(ErrorKind::usage, rq.output, "exists (use --force to overwrite)");
     }
 
-    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, rq.open);
+    OpenOptions open = rq.open;
+    open.trace_pickle = true;  // pth → pth patches the pickle
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not convert a damaged checkpoint: " + c->problems().front().message);
     const StateDict& sd = c->state_dict();
+    // The top-level objects besides the state dict (optimizer, epoch, args): kept only by pth → pth.
+    std::vector<std::string> others;
+    bool root_is_state_dict = sd.kind == StateDictKind::dict && sd.path.empty();
+    if (c->format() != Format::safetensors && c->shards().empty() && c->root()->kind == ValueKind::dict && !root_is_state_dict)
+        for (size_t i = 0; i < c->root()->dict_size(); ++i) {
+            std::string k = key_part(c->root()->dict_key(i));
+            if (sd.kind == StateDictKind::none || (k != sd.path && sd.path.rfind(k + ".", 0) != 0)) others.push_back(k);
+        }
+    bool whole = r.format == "pth" && c->format() == Format::torch_zip && c->shards().empty() && !rq.weights_only;
+    if (whole && rq.max_shard_size) {
+        if (!root_is_state_dict)
+            throw Error(ErrorKind::usage, rq.input, "--max-shard-size shards a state dict; this checkpoint holds more" +
+                                                         (others.empty() ? std::string() : " (" + others.front() + "…)") +
+                                                         ": add --weights-only to shard its state dict");
+        whole = false;  // a bare state dict: shards of it
+    }
+    if (whole) {
+        write_whole_pth(*c, rq, r);
+        return r;
+    }
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
+    r.dropped = others;
     if (r.format == "pth") {
-        if (c->format() != Format::safetensors && !rq.weights_only)
-            throw Error(ErrorKind::unsupported, rq.output,
-                        rq.dtype ? "pth → pth with --dtype needs --weights-only (casting a whole training checkpoint is not supported yet)"
-                                 : "pth → pth keeps the whole checkpoint: without --weights-only there is nothing to convert");
-        if (c->format() != Format::safetensors && c->root()->kind == ValueKind::dict)
-            for (size_t i = 0; i < c->root()->dict_size(); ++i) {
-                std::string k = key_part(c->root()->dict_key(i));
-                if (k != sd.path && sd.path.rfind(k + ".", 0) != 0) r.dropped.push_back(k);
-            }
-        if (rq.max_shard_size)
-            throw Error(ErrorKind::unsupported, rq.output, "--max-shard-size writes safetensors shards only, for now");
-        AtomicFile out(rq.output);
-        write_pth(*c, rq, out, r);
-        verify_written(*c, rq, out, r);
-        out.commit(rq.force);
-        r.outputs = {rq.output};
+        write_state_dict_pth(*c, rq, r);
         return r;
     }
     if (sd.kind == StateDictKind::dict)
@@ -272,33 +260,28 @@ ConvertReport convert(const ConvertRequest& rq) {
     }
     // Shards in state-dict order, each at most --max-shard-size (a tensor larger than that gets a
     // shard of its own), named as Hugging Face names them.
-    std::vector<std::vector<Planned>> shards(1);
-    uint64_t in_shard = 0, total = 0;
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
     for (const Planned& p : planned) {
-        uint64_t bytes = c->tensors()[p.tensor].numel * dtype_size(out_dtype(rq, c->tensors()[p.tensor].dtype));
-        if (rq.max_shard_size && in_shard > 0 && in_shard + bytes > rq.max_shard_size) {
-            shards.emplace_back();
-            in_shard = 0;
-        }
-        shards.back().push_back(p);
-        in_shard += bytes;
-        total += bytes;
+        sizes.push_back(c->tensors()[p.tensor].numel * dtype_size(out_dtype(rq, c->tensors()[p.tensor].dtype)));
+        total += sizes.back();
     }
+    size_t count = 0;
+    std::vector<size_t> shard_of_tensor = plan_shards(sizes, rq.max_shard_size, count);
+    std::vector<std::vector<Planned>> shards(count);
+    for (size_t i = 0; i < planned.size(); ++i) shards[shard_of_tensor[i]].push_back(planned[i]);
     std::vector<std::string> paths;
-    std::string stem = ends_with(rq.output, ".safetensors") ? rq.output.substr(0, rq.output.size() - 12) : rq.output;
-    if (shards.size() == 1) {
-        paths.push_back(rq.output);
-    } else {
-        for (size_t i = 0; i < shards.size(); ++i) {
-            char part[64];
-            std::snprintf(part, sizeof part, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-            paths.push_back(stem + part);
-        }
-    }
+    for (size_t n = 0; n < count; ++n) paths.push_back(count == 1 ? rq.output : shard_path(rq.output, n, count));
     std::string index_path = rq.output + ".index.json";
-    if (!rq.force)
-        for (const auto& path : paths.size() > 1 ? [&] { auto v = paths; v.push_back(index_path); return v; }() : paths)
-            if (::stat(path.c_str(), &st) == 0) throw Error(ErrorKind::usage, path, "exists (use --force to overwrite)");
+    if (count > 1) {
+        std::vector<std::string> all = paths;
+        all.push_back(index_path);
+        check_absent(all, rq.force);
+    }
+    // The input's own __metadata__ (safetensors) is carried into every shard; an alias entry only into
+    // the shard that holds the tensor it names.
+    std::unordered_set<std::string> tensor_names;
+    for (const auto& e : sd.entries) tensor_names.insert(e.name);
 
     std::unordered_map<std::string, size_t> shard_of;
     std::vector<std::unique_ptr<AtomicFile>> files;
@@ -314,8 +297,13 @@ ConvertReport convert(const ConvertRequest& rq) {
         nlohmann::ordered_json header;
         nlohmann::ordered_json meta = nlohmann::ordered_json::object();
         meta["format"] = "pt";
+        auto in_shard = [&](const std::string& name) {
+            return std::any_of(shard.begin(), shard.end(), [&](const Planned& p) { return p.name == name; });
+        };
+        for (const auto& [k, v] : c->metadata())
+            if (!tensor_names.count(v) || tensor_names.count(k) || in_shard(v)) meta[k] = v;
         for (const auto& [alias, kept] : r.deduplicated)
-            if (std::any_of(shard.begin(), shard.end(), [&](const Planned& p) { return p.name == kept; })) meta[alias] = kept;
+            if (in_shard(kept)) meta[alias] = kept;
         for (const auto& [k, v] : rq.metadata) meta[k] = v;
         header["__metadata__"] = meta;
         uint64_t at = 0;
@@ -370,20 +358,13 @@ ConvertReport convert(const ConvertRequest& rq) {
     }
     r.tensors = planned.size();
     std::unique_ptr<AtomicFile> index;
-    if (shards.size() > 1) {
-        nlohmann::ordered_json j;
-        j["metadata"] = {{"total_size", total}};
-        nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    if (count > 1) {
+        std::vector<std::pair<std::string, std::string>> weight_map;
         for (const auto& e : sd.entries) {
             auto it = shard_of.find(e.name);
-            if (it == shard_of.end()) continue;  // an alias: stored under its kept name
-            map[e.name] = paths[it->second].substr(paths[it->second].rfind('/') == std::string::npos ? 0 : paths[it->second].rfind('/') + 1);
+            if (it != shard_of.end()) weight_map.push_back({e.name, base_name(paths[it->second])});  // aliases: under their kept name
         }
-        j["weight_map"] = map;
-        std::string text = j.dump(2) + "\n";
-        index = std::make_unique<AtomicFile>(index_path);
-        write_all(index->fd(), text.data(), text.size(), 0, index_path);
-        r.bytes_written += text.size();
+        index = write_index(index_path, total, weight_map, r.bytes_written);
     }
     for (auto& f : files) f->commit(rq.force);
     if (index) index->commit(rq.force);
@@ -421,6 +402,7 @@ nlohmann::json to_json(const ConvertReport& r) {
     j["deduplicated"] = std::move(d);
     j["skipped"] = r.skipped;
     j["dropped"] = r.dropped;
+    j["metadata_dropped"] = r.metadata_dropped;
     j["made_contiguous"] = r.made_contiguous;
     j["cast"] = r.cast;
     j["bytes_written"] = r.bytes_written;
@@ -444,8 +426,13 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
     if (r.cast) out << "  " << r.cast << " floating-point tensors cast (PyTorch's rounding); integer and bool tensors kept\n";
     for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << s << " (not a tensor)\n";
     if (!r.dropped.empty()) {
-        out << "  " << paint("33", "dropped") << " (--weights-only):";
+        out << "  " << paint("33", "dropped") << " (only the state dict is written):";
         for (const auto& d : r.dropped) out << " " << d;
+        out << "\n";
+    }
+    if (!r.metadata_dropped.empty()) {
+        out << "  " << paint("33", "not carried") << " (__metadata__ has no place in a pth file):";
+        for (const auto& d : r.metadata_dropped) out << " " << d;
         out << "\n";
     }
 }

@@ -92,6 +92,9 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
             t.storage += storage_base;
             c->m_tensors.push_back(std::move(t));
         }
+        for (const auto& kv : shard->metadata())  // safetensors' __metadata__, joined: the first shard's value wins
+            if (std::none_of(c->m_metadata.begin(), c->m_metadata.end(), [&](const auto& m) { return m.first == kv.first; }))
+                c->m_metadata.push_back(kv);
         for (const Problem& p : shard->problems()) c->m_problems.push_back({p.kind, file + ":" + p.key, file + ": " + p.message});
         for (const auto& e : shard->state_dict().entries) {
             const Entry& entry = shard->entries()[e.entry];

@@ -264,7 +264,6 @@ def test_convert(s):
     for what, args, output in [
         ("complex128", ["convert", s.path("c128.pth"), "-o", s.path("c128.safetensors")], s.path("c128.safetensors")),
         ("exists", ["convert", src, "-o", out], None),
-        ("pth to pth", ["convert", src, "-o", s.path("again.pth")], s.path("again.pth")),
         ("bad --dtype", ["convert", src, "-o", s.path("i8.safetensors"), "--dtype", "int8"], s.path("i8.safetensors")),
         ("bad size", ["convert", src, "-o", s.path("bs.safetensors"), "--max-shard-size", "2 lightyears"], s.path("bs.safetensors")),
         ("unknown extension", ["convert", src, "-o", s.path("x.data")], s.path("x.data")),

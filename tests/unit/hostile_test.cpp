@@ -170,7 +170,7 @@ TEST_CASE("hostile inputs: refused with a clear message or read cleanly, never a
     }
 }
 
-TEST_CASE("hostile inputs: strip-prefix, diff-keys and verify refuse them cleanly and write nothing") {
+TEST_CASE("hostile inputs: strip-prefix, diff-keys, verify and convert refuse them cleanly and write nothing") {
     std::string dir = testing::scratch_dir("hostile_repair");
     int n = 0;
     for (const Row& row : k_rows) {
@@ -197,6 +197,18 @@ TEST_CASE("hostile inputs: strip-prefix, diff-keys and verify refuse them cleanl
         CHECK(v.signal == 0);
         CHECK((v.exit_code == 0 || v.exit_code == 1 || v.exit_code == 2));
         if (row.exit_code == 2) CHECK(v.exit_code != 0);  // what inspect refuses is never "ok"
+        // convert (pth → pth keeps the whole file, and to safetensors): written and checked, or refused.
+        for (const char* ext : {".conv.pth", ".conv.safetensors"}) {
+            std::string conv = dir + "/case" + std::to_string(n - 1) + ext;
+            std::remove(conv.c_str());
+            testing::RunResult c = testing::run_tool({"convert", path, "-o", conv});
+            INFO("convert " << ext << " stdout: " << c.out << "\nstderr: " << c.err);
+            CHECK(c.signal == 0);
+            CHECK((c.exit_code == 0 || c.exit_code == 2));
+            if (row.exit_code == 2) CHECK(c.exit_code == 2);
+            CHECK(exists(conv) == (c.exit_code == 0));
+            if (c.exit_code == 2) CHECK(std::count(c.err.begin(), c.err.end(), '\n') == 1);
+        }
         CHECK_FALSE(exists(marker));
     }
     size_t temporaries = 0;  // AtomicFile names them ".NAME.XXXXXXXX.tmp"

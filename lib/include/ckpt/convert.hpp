@@ -1,5 +1,11 @@
-// `convert`: a checkpoint's state dict written as safetensors, and safetensors written as a torch.save
-// state dict (pth → pth, casts and shards: open issue).
+// `convert`: a checkpoint's state dict written as safetensors, safetensors or a state dict written as
+// torch.save writes one, and a whole training checkpoint written again (pth → pth, optionally cast).
+//
+// pth → pth keeps the whole checkpoint: its pickle is patched, not re-serialised (every byte stays
+// but, with --dtype, the storage classes of the state dict's cast storages), and its records are
+// copied by the kernel or cast. --weights-only (or any shard output) writes the state dict alone.
+// Shards (--max-shard-size) are cut by tensor for safetensors and by storage for pth, so tensors
+// that share a storage stay in one shard; an index names them as Hugging Face does.
 //
 // Tensors that are the same view of the same storage (tied weights) are written once; each alias is
 // recorded in __metadata__ as alias → kept name, as safetensors' own converter does. Views and
@@ -29,9 +35,9 @@ struct ConvertRequest {
     std::vector<std::pair<std::string, std::string>> metadata;  // --metadata K=V, added to __metadata__
     OpenOptions open;
     bool verify = true, force = false;
-    bool weights_only = false;  // pth → pth: the state dict alone
+    bool weights_only = false;  // pth → pth: the state dict alone (default: the whole checkpoint)
     std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
-    uint64_t max_shard_size = 0;  // --max-shard-size: safetensors shards + a Hugging Face index; 0: one file
+    uint64_t max_shard_size = 0;  // --max-shard-size: shards + a Hugging Face index; 0: one file
     std::function<void(uint64_t, uint64_t)> progress;  // bytes of tensor data written, of all
 };
 
@@ -45,7 +51,8 @@ struct ConvertReport {
     size_t tensors = 0;                                          // written
     std::vector<std::pair<std::string, std::string>> deduplicated;  // alias, kept
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
-    std::vector<std::string> dropped;                            // --weights-only: the top-level keys left out
+    std::vector<std::string> dropped;                            // top-level keys left out (all but a whole pth → pth)
+    std::vector<std::string> metadata_dropped;                   // safetensors → pth: __metadata__ keys (not aliases, not "format")
     size_t made_contiguous = 0;
     size_t cast = 0;                                             // tensors written as --dtype
     uint64_t bytes_written = 0;

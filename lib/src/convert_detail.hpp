@@ -1,0 +1,55 @@
+// What convert's writers share (private to lib/): the cast rule, the read-back check, shard planning
+// and the Hugging Face index.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/atomic_file.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/convert.hpp"
+#include "ckpt/fingerprint.hpp"
+
+namespace ckpt::detail {
+
+bool castable(DType d);
+// The dtype a tensor is written as: --dtype for floating-point tensors, integers and bools never.
+DType out_dtype(const ConvertRequest& rq, DType d);
+// The logical bytes of `t` cast to `to` (PyTorch's rounding, through the backend), a chunk at a time.
+void cast_bytes(const TensorInfo& t, ByteView storage, DType to, const std::function<void(const uint8_t*, size_t)>& sink);
+// The content hash tensor `ti` of `c` has once cast to `to` (the cast done again, independently of
+// the writer).
+std::string cast_hash(const Checkpoint& c, size_t ti, DType to);
+
+// Reopens the written file and compares every tensor's content hash with the source's (aliases
+// with the tensor they alias; cast tensors with the source cast again). `expected_count`: tensors the
+// output must hold (default: the state dict's, less the aliases safetensors stores once);
+// `source_cache` keeps the source's fingerprint across shards. Throws Error(corrupt) on a difference.
+void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                    std::optional<size_t> expected_count = std::nullopt, std::optional<Fingerprint>* source_cache = nullptr);
+
+// Units (tensors or storages) of the given sizes, in order, split into shards of at most `max`
+// bytes (a unit larger than that gets a shard of its own; max 0: one shard). Returns each unit's shard.
+std::vector<size_t> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max, size_t& shards);
+// "dir/model.safetensors" → "dir/model-00001-of-00003.safetensors" (n of count, Hugging Face's names).
+std::string shard_path(const std::string& output, size_t n, size_t count);
+std::string base_name(const std::string& path);
+// Throws Error(usage) naming the first of `paths` that exists, unless `force`.
+void check_absent(const std::vector<std::string>& paths, bool force);
+// The index ({"metadata": {"total_size"}, "weight_map"}), written to a temporary for the caller to commit.
+std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_size,
+                                        const std::vector<std::pair<std::string, std::string>>& weight_map,
+                                        uint64_t& bytes_written);
+
+// pth writers (convert_pth.cpp).
+// A state dict as torch.save writes one: from safetensors, a sharded checkpoint or the state dict
+// of a training checkpoint (--weights-only); --max-shard-size: shards of it and an index.
+void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r);
+// The whole checkpoint written again (optimizer, arguments and all), its state dict's floating
+// storages cast with --dtype.
+void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r);
+
+}  // namespace ckpt::detail

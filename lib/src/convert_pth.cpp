@@ -1,0 +1,261 @@
+// convert's pth writers: a state dict as torch.save writes one (whole or in shards), and a whole
+// training checkpoint written again with its storages cast.
+#include <algorithm>
+#include <unordered_map>
+
+#include "convert_detail.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/pickle_writer.hpp"
+#include "ckpt/rewrite.hpp"
+#include "ckpt/torch_backend.hpp"
+#include "ckpt/value.hpp"
+#include "ckpt/zip.hpp"
+#include "ckpt/zip_writer.hpp"
+
+namespace ckpt::detail {
+
+namespace {
+
+struct Item {
+    std::string name;
+    size_t tensor;
+};
+
+// The dtype storage `s` holds: its own, or for an untyped storage the dtype its tensors view it as
+// (a typed storage can hold only one).
+DType storage_dtype(const Checkpoint& c, const ConvertRequest& rq, size_t s, DType viewed_as,
+                    std::unordered_map<size_t, DType>& untyped_as) {
+    const StorageInfo& st = c.storages()[s];
+    if (st.dtype != DType::untyped) return st.dtype;
+    auto [u, first] = untyped_as.emplace(s, viewed_as);
+    if (!first && u->second != viewed_as)
+        throw Error(ErrorKind::unsupported, rq.input, "storage " + st.key + " is viewed as " + std::string(dtype_name(u->second)) +
+                                                          " and as " + std::string(dtype_name(viewed_as)) +
+                                                          ": a typed storage cannot hold both");
+    return viewed_as;
+}
+
+// One file as torch.save writes a state dict (a STORED, 64-byte aligned zip: ROOT/data.pkl,
+// ROOT/data/N, ROOT/version) holding `items`, every tensor keeping its storage, offset and strides
+// (tied weights and views stay shared).
+uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::string& path, const std::vector<Item>& items,
+                   AtomicFile& out, ConvertReport& r, uint64_t& done, uint64_t total) {
+    std::string base = base_name(path);
+    std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
+    std::vector<PickledTensor> pickled;
+    std::unordered_map<size_t, size_t> key_of_storage;  // input storage → its record in the output
+    std::vector<size_t> storages;
+    std::unordered_map<size_t, DType> untyped_as;
+    for (const Item& item : items) {
+        const TensorInfo& t = c.tensors()[item.tensor];
+        auto [it, fresh] = key_of_storage.emplace(t.storage, storages.size());
+        if (fresh) storages.push_back(t.storage);
+        DType held = storage_dtype(c, rq, t.storage, t.dtype, untyped_as);
+        const StorageInfo& st = c.storages()[t.storage];
+        uint64_t numel = st.dtype == DType::untyped ? st.record_size / dtype_size(held) : st.numel;
+        pickled.push_back({item.name, std::to_string(it->second), out_dtype(rq, t.dtype), numel, t.storage_offset, t.shape, t.stride});
+        r.cast += out_dtype(rq, t.dtype) != t.dtype;
+    }
+    std::string pkl = state_dict_pickle(pickled);
+    ZipWriter w(out.fd(), path);
+    ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
+    w.add(root + "/data.pkl", pv, crc32_of(pv));
+    for (size_t i = 0; i < storages.size(); ++i) {
+        size_t record = *c.record_index(c.storages()[storages[i]].record);
+        const RecordInfo& rec = c.records()[record];
+        std::string name = root + "/data/" + std::to_string(i);
+        done += rec.size;
+        if (rq.progress) rq.progress(done, total);
+        DType from = storage_dtype(c, rq, storages[i], DType::untyped, untyped_as);
+        if (out_dtype(rq, from) != from) {  // the whole storage cast: every view of it stays a view
+            RecordData data = c.record_data(record);
+            std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), out_dtype(rq, from));
+            ByteView cv{cast.data(), cast.size()};
+            w.add(name, cv, crc32_of(cv));
+            c.record_file(record).release(data.view());
+            continue;
+        }
+        auto at = c.record_file_offset(record);
+        if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
+            w.add_copy(name, c.record_file(record).fd(), *at, rec.size, rec.crc32);
+            continue;
+        }
+        RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
+        uint32_t crc = rec.has_crc ? rec.crc32 : crc32_of(data.view());
+        if (at) w.add_copy(name, c.record_file(record).fd(), *at, rec.size, crc);
+        else w.add(name, data.view(), crc);
+        c.record_file(record).release(data.view());
+    }
+    static const uint8_t version[] = {'3', '\n'};
+    w.add(root + "/version", {version, 2}, crc32_of({version, 2}));
+    return w.finish();
+}
+
+}  // namespace
+
+void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
+    std::vector<Item> items;
+    std::unordered_map<std::string, size_t> by_name;
+    for (const auto& e : c.state_dict().entries) {
+        by_name.emplace(e.name, *c.entries()[e.entry].tensor);
+        items.push_back({e.name, *c.entries()[e.entry].tensor});
+    }
+    // The aliases safetensors' converters record in __metadata__ (alias → kept name) become shared
+    // storage again; the rest of the metadata has no place in a pth file.
+    for (const auto& [key, value] : c.metadata()) {
+        auto kept = by_name.find(value);
+        if (kept != by_name.end() && !by_name.count(key)) {
+            items.push_back({key, kept->second});
+            r.deduplicated.push_back({key, value});
+        } else if (key != "format") {
+            r.metadata_dropped.push_back(key);
+        }
+    }
+    // Shards by storage, in first-use order: tensors that share a storage stay in one shard.
+    std::unordered_map<size_t, size_t> unit_of;
+    std::vector<uint64_t> sizes;
+    std::unordered_map<size_t, DType> untyped_as;
+    for (const Item& item : items) {
+        const TensorInfo& t = c.tensors()[item.tensor];
+        if (!unit_of.emplace(t.storage, sizes.size()).second) continue;
+        DType held = storage_dtype(c, rq, t.storage, t.dtype, untyped_as);
+        uint64_t bytes = c.records()[*c.record_index(c.storages()[t.storage].record)].size;
+        sizes.push_back(bytes / dtype_size(held) * dtype_size(out_dtype(rq, held)));
+    }
+    size_t count = 0;
+    std::vector<size_t> shard_of_unit = plan_shards(sizes, rq.max_shard_size, count);
+    std::vector<std::vector<Item>> shards(count);
+    for (const Item& item : items) shards[shard_of_unit[unit_of.at(c.tensors()[item.tensor].storage)]].push_back(item);
+    std::vector<std::string> paths;
+    for (size_t n = 0; n < count; ++n) paths.push_back(count == 1 ? rq.output : shard_path(rq.output, n, count));
+    std::string index_path = rq.output + ".index.json";
+    if (count > 1) {
+        std::vector<std::string> all = paths;
+        all.push_back(index_path);
+        check_absent(all, rq.force);
+    }
+
+    uint64_t total = 0, done = 0, total_size = 0;
+    for (uint64_t s : sizes) total += s;
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    std::optional<Fingerprint> source_fp;
+    for (size_t n = 0; n < count; ++n) {
+        files.push_back(std::make_unique<AtomicFile>(paths[n]));
+        r.bytes_written += write_one(c, rq, paths[n], shards[n], *files.back(), r, done, total);
+        ConvertRequest shard_rq = rq;
+        shard_rq.output = paths[n];
+        verify_written(c, shard_rq, *files.back(), r, shards[n].size(), &source_fp);
+        for (const Item& item : shards[n]) {
+            const TensorInfo& t = c.tensors()[item.tensor];
+            weight_map.push_back({item.name, base_name(paths[n])});
+            total_size += t.numel * dtype_size(out_dtype(rq, t.dtype));
+        }
+    }
+    std::unique_ptr<AtomicFile> index;
+    if (count > 1) {
+        std::unordered_map<std::string, size_t> order;  // the weight map in state-dict order
+        for (size_t i = 0; i < items.size(); ++i) order.emplace(items[i].name, i);
+        std::sort(weight_map.begin(), weight_map.end(), [&](const auto& a, const auto& b) { return order.at(a.first) < order.at(b.first); });
+        index = write_index(index_path, total_size, weight_map, r.bytes_written);
+    }
+    for (auto& f : files) f->commit(rq.force);
+    if (index) index->commit(rq.force);
+    r.tensors = c.state_dict().entries.size();
+    r.outputs = paths;
+    if (index) r.outputs.push_back(index_path);
+}
+
+namespace {
+
+// The written file opened again: the same structure (every key, every non-tensor value), and every
+// tensor's content hash equal to the source's, or to the source cast again for a cast storage.
+void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                  const std::unordered_map<size_t, DType>& retype) {
+    if (!rq.verify) return;
+    auto fail = [&](const std::string& why) {
+        throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
+    };
+    std::unique_ptr<Checkpoint> back;
+    try {
+        back = Checkpoint::open(out.temp_path());
+    } catch (const Error& e) {
+        fail(e.message());
+    }
+    if (!back->problems().empty()) fail(back->problems().front().message);
+    if (back->entries().size() != c.entries().size()) fail("a different structure");
+    std::unordered_map<std::string, size_t> tensor_of;
+    for (size_t i = 0; i < c.entries().size(); ++i) {
+        const Entry &a = c.entries()[i], &b = back->entries()[i];
+        if (a.key != b.key || a.tensor.has_value() != b.tensor.has_value()) fail("entry " + a.key + " differs");
+        if (a.tensor) tensor_of.emplace(a.key, *a.tensor);
+        else if (repr(a.value, 256) != repr(b.value, 256)) fail(a.key + " differs");
+    }
+    ScanOptions so;
+    so.all = true;
+    so.hash_only = true;
+    Fingerprint want = fingerprint(c, so), got = fingerprint(*back, so);
+    if (want.tensors.size() != got.tensors.size()) fail("tensor count differs");
+    for (size_t i = 0; i < got.tensors.size(); ++i) {
+        const TensorPrint &s = want.tensors[i], &t = got.tensors[i];
+        if (s.key != t.key) fail(s.key + " is missing");
+        size_t ti = tensor_of.at(s.key);
+        const TensorInfo& info = c.tensors()[ti];
+        auto to = retype.find(info.storage);
+        DType want_dtype = to == retype.end() ? info.dtype : to->second;
+        std::string want_hash = to == retype.end() ? s.stats.hash : cast_hash(c, ti, want_dtype);
+        if (t.dtype != dtype_name(want_dtype) || s.shape != t.shape || t.stats.hash != want_hash) fail(s.key + " differs");
+    }
+    r.verified = true;
+}
+
+}  // namespace
+
+void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
+    if (c.format() != Format::torch_zip)
+        throw Error(ErrorKind::unsupported, rq.input, "a whole " + std::string(format_name(c.format())) + " checkpoint cannot be written as pth; use --weights-only for its state dict");
+    std::unordered_map<size_t, DType> retype;
+    const StateDict& sd = c.state_dict();
+    if (rq.dtype) {
+        if (sd.kind == StateDictKind::none)
+            throw Error(ErrorKind::usage, rq.input, "--dtype: no state dict (a mapping of names to tensors) found to cast; name it with --state-dict-key");
+        for (const auto& e : sd.entries) {
+            const TensorInfo& t = c.tensors()[*c.entries()[e.entry].tensor];
+            if (!castable(t.dtype) || t.dtype == *rq.dtype) continue;
+            if (c.storages()[t.storage].dtype == DType::untyped)
+                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " views an untyped storage, which cannot be recast in place; use --weights-only");
+            if (t.rebuild != "torch._utils._rebuild_tensor_v2" && t.rebuild != "torch._utils._rebuild_tensor")
+                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " is rebuilt by " + t.rebuild + ", which names its dtype itself; use --weights-only");
+            retype[t.storage] = *rq.dtype;
+        }
+    }
+    for (const auto& e : c.entries())
+        if (e.tensor) r.tensors += 1, r.cast += retype.count(c.tensors()[*e.tensor].storage);
+    std::string pickle = apply_pickle_edits(c, retype_storages(c, retype));
+    std::unordered_map<std::string, size_t> cast_record;
+    for (const auto& [s, to] : retype) cast_record.emplace(c.storages()[s].record, s);
+    uint64_t total = 0, done = 0;
+    for (const auto& rec : c.records()) total += rec.size;
+    AtomicFile out(rq.output);
+    size_t records = 0;
+    r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](const ZipEntry& e, ZipWriter& w) {
+        done += e.size;
+        if (rq.progress) rq.progress(done, total);
+        auto it = cast_record.find(e.name);
+        if (it == cast_record.end()) return false;
+        DType from = c.storages()[it->second].dtype;
+        size_t record = *c.record_index(e.name);
+        RecordData data = c.record_data(record);
+        std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), retype.at(it->second));
+        ByteView cv{cast.data(), cast.size()};
+        w.add(e.name, cv, crc32_of(cv));
+        c.record_file(record).release(data.view());
+        return true;
+    });
+    verify_whole(c, rq, out, r, retype);
+    out.commit(rq.force);
+    r.outputs = {rq.output};
+}
+
+}  // namespace ckpt::detail
