@@ -38,6 +38,7 @@ bench: deps build
 	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/strip_prefix_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/verify_bench.py --tool $(BUILD)/ckpt-tool
+	$(PY) bench/convert_bench.py --tool $(BUILD)/ckpt-tool
 
 clean:
 	rm -rf $(BUILD)

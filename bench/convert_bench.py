@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark `ckpt-tool convert` (.pth -> safetensors) against `cp` and against the same conversion in torch.
+"""Benchmark `ckpt-tool convert` (.pth -> safetensors, and .pth -> .pth cast to bfloat16) against `cp` and against the same conversion in torch.
 
 For each size (--sizes small,1g; default both) the script
 
@@ -7,17 +7,32 @@ For each size (--sizes small,1g; default both) the script
      its ensure_checkpoint in a child /usr/bin/python3 with torch.save and cached by the same name in
      --out-dir, default bench/out/, git-ignored); a cached file is reused as is;
   2. warms the page cache by reading the whole file once, so every command below reads from RAM;
-  3. checks once, outside the timing, that `ckpt-tool convert FILE -o OUT.safetensors` gives a valid
-     safetensors file: in a child /usr/bin/python3 (no safetensors package: the header is parsed
-     by hand) the u64 little-endian header length, the JSON header, its dtypes, shapes and
-     data_offsets (contiguous from 0, covering the data section to the end of the file, each as long
-     as its shape and dtype say), and every tensor's bytes compared with torch.load's
-     `t.contiguous().numpy().tobytes()`, with the same keys as torch.load gives; the output of the
-     Python row's writer is checked the same way, so the Python row is known to do the same job;
-  4. runs, round-robin, one untimed warm-up each and then
+
+and then, for each mode (--mode safetensors|pth|both; default both, safetensors first), under its
+own "-- " heading:
+
+  3. checks once, outside the timing, that the conversions do the job, then warms the page cache
+     again (the checks ran torch and wrote files):
+     safetensors: that `ckpt-tool convert FILE -o OUT.safetensors` gives a valid safetensors file:
+       in a child /usr/bin/python3 (no safetensors package: the header is parsed by hand) the u64
+       little-endian header length, the JSON header, its dtypes, shapes and data_offsets
+       (contiguous from 0, covering the data section to the end of the file, each as long as its
+       shape and dtype say), and every tensor's bytes compared with torch.load's
+       `t.contiguous().numpy().tobytes()`, with the same keys as torch.load gives;
+     pth: in a child /usr/bin/python3, that torch.load of the output of
+       `ckpt-tool convert FILE -o OUT.pth --dtype bfloat16 --force` is a dict with the keys, in
+       the same order, of {k: v.to(torch.bfloat16) if v.is_floating_point() else v} of
+       torch.load(FILE), each value a tensor of the same dtype and shape, torch.equal to it and
+       equal bit for bit (compared also through an integer view of the same width, as torch.equal
+       takes -0.0 for 0.0); and the same of `ckpt-tool convert FILE -o OUT.pth --force` against
+       torch.load(FILE) itself (no cast);
+     in both modes the output of the Python row's command is checked the same way (in pth mode
+     against the cast), so the Python row is known to do the same job;
+  4. runs, round-robin, one untimed warm-up each and then, in both modes,
        cp FILE OUT                                             (--runs, default 5; the floor)
        cp FILE OUT && sync OUT                                 (--runs; the floor with the fsync
                                                                 convert does before its rename)
+     and in safetensors mode
        ckpt-tool convert FILE -o OUT.safetensors --force       (--runs; the default: reads the
                                                                 output back and compares every
                                                                 tensor's content hash)
@@ -26,22 +41,44 @@ For each size (--sizes small,1g; default both) the script
                 padded with spaces to a multiple of 8, after its u64 little-endian length), then
                 each t.contiguous().numpy().tobytes() in order; no fsync, as torch users do
                                                                 (--py-runs, default 3)
+     or in pth mode
+       ckpt-tool convert FILE -o OUT.pth --dtype bfloat16 --force
+                                                               (--runs; the default: reads the
+                                                                output back and compares it; the
+                                                                cast goes through the LibTorch
+                                                                backend, libckpt-torch.so beside
+                                                                the binary)
+       ckpt-tool convert FILE -o OUT.pth --dtype bfloat16 --force --no-verify      (--runs)
+       ckpt-tool convert FILE -o OUT.pth --force               (--runs; no cast: the whole
+                                                                checkpoint written again, its
+                                                                STORED storage records copied by
+                                                                the kernel, copy_file_range; read
+                                                                back as by default)
+       python3: sd = torch.load(FILE); torch.save({k: v.to(torch.bfloat16) if
+                v.is_floating_point() else v for k, v in sd.items()}, OUT.pth); no fsync, as
+                torch users do                                 (--py-runs, default 3)
      and prints median / min / max wall seconds, median CPU seconds and peak RSS, then the ratios
-     convert / cp (target <= 1.3x), convert / (cp + sync), convert --no-verify / (cp + sync),
-     python / convert (the speed-up) and convert's peak RSS.
+     safetensors: convert / cp (target <= 1.3x), convert / (cp + sync), convert --no-verify /
+       (cp + sync), python / convert (the speed-up) and convert's peak RSS;
+     pth: python / convert --dtype (the speed-up; also against --no-verify), the cost of the
+       read-back check (the --dtype median minus the --dtype --no-verify one), convert (no cast) /
+       cp and convert (no cast) / (cp + sync), and the peak RSS of the three convert rows and of
+       python;
+     and, in both modes, each row's throughput (FILE bytes / median) and output size.
 
-OUT and OUT.safetensors are fresh names in a scratch directory inside --out-dir, so on the same
-filesystem as FILE (as copy_file_range and cp's own copy offload need); before every run they do
-not exist, and after every run the output is checked to exist, deleted and the filesystem synced,
-all outside the timing. Anything else a run leaves in the scratch directory (say, a temporary that
-convert did not clean up) is deleted too and reported. Nothing fsyncs inside the timing unless the
-command itself does: convert fsyncs its output; cp and the Python row do not.
+OUT, OUT.safetensors and OUT.pth are fresh names in a scratch directory inside --out-dir, so on the
+same filesystem as FILE (as copy_file_range and cp's own copy offload need); before every run they
+do not exist, and after every run the output is checked to exist, deleted and the filesystem
+synced, all outside the timing. Anything else a run leaves in the scratch directory (say, a
+temporary that convert did not clean up) is deleted too and reported. Nothing fsyncs inside the
+timing unless the command itself does: convert fsyncs its output; cp and the Python rows do not.
 
 Wall time and peak RSS are measured as in bench/inspect_bench.py, whose Launcher this script uses:
 wall from just before the spawn to the return of os.wait4, peak RSS as the command's own ru_maxrss
 through GNU time (/usr/bin/time -f %M), with a clear note when GNU time is missing. stdout of every
 command goes to /dev/null. The cost of the launcher itself is printed once as "launcher floor:
-/bin/true". Nothing is subtracted from any row.
+/bin/true". Nothing is subtracted from any row. With --json, every (size, mode) is one entry of
+"files", with its "mode".
 
 Exit status: 0 when every command ran, 1 when one failed (or a file could not be generated, or a
 check of an output failed), 2 on bad usage. Timings never change the exit status: this is a
@@ -49,6 +86,7 @@ benchmark, not a test.
 """
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -71,6 +109,10 @@ SPECS = {name: ib.SPECS[name] for name in SIZES}
 CP_TARGET = 1.3  # convert (default, with the read-back check) / cp, at most
 
 TOOL_OK_CODES = (0,)  # a conversion that wrote its output; anything else is a failure here
+
+# --mode: name -> what it converts (run in this order by --mode both)
+MODES = {"safetensors": ".pth -> safetensors", "pth": ".pth -> .pth, cast to bfloat16"}
+CAST = "bfloat16"  # pth mode's --dtype, and the torch dtype of its Python row
 
 # Timed, in a child /usr/bin/python3: argv = in out. The conversion a torch user writes without
 # the safetensors package: sizes first (for the header), then one tensor's bytes at a time.
@@ -95,9 +137,18 @@ with open(dst, "wb") as f:
         f.write(t.contiguous().numpy().tobytes())
 """
 
+# Timed, in a child /usr/bin/python3: argv = in out dtype. The cast a torch user writes; integer and
+# bool tensors are kept, as convert --dtype keeps them.
+PY_CAST_CODE = r"""
+import sys, torch
+src, dst, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
+sd = torch.load(src)
+torch.save({k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}, dst)
+"""
+
 # Untimed check, in a child /usr/bin/python3: argv = in out. Parses OUT as safetensors by hand and
 # compares it with torch.load(IN). Prints one JSON object.
-CHECK_CODE = r"""
+SAFETENSORS_CHECK_CODE = r"""
 import json, math, mmap, os, struct, sys, torch
 src, dst = sys.argv[1], sys.argv[2]
 SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -217,6 +268,87 @@ if len(want) == 0:
 done()
 """
 
+# Untimed check, in a child /usr/bin/python3: argv = in out dtype ("" for no cast). Compares
+# torch.load(OUT) with torch.load(IN), cast as PY_CAST_CODE casts it: the same keys in the same
+# order, each a tensor of the same dtype and shape, torch.equal and equal bit for bit (through an
+# integer view of the same width: torch.equal takes -0.0 for 0.0). Prints one JSON object.
+PTH_CHECK_CODE = r"""
+import json, os, sys, zipfile, torch
+src, dst, cast = sys.argv[1], sys.argv[2], sys.argv[3]
+BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+res = {"problems": [], "file_bytes": os.path.getsize(dst), "zip": zipfile.is_zipfile(dst)}
+def bad(msg):
+    res["problems"].append(msg)
+def done():
+    res["ok"] = not res["problems"]
+    print(json.dumps(res))
+    sys.exit(0)
+
+sd = torch.load(src)
+want = sd
+if cast:
+    dtype = getattr(torch, cast)
+    want = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in sd.items()}
+got = torch.load(dst)
+res["type"] = type(got).__name__
+if not isinstance(got, dict):
+    bad(f"torch.load gives a {res['type']}, not a dict"); done()
+keys, want_keys = list(got), list(want)
+res["keys"], res["want_keys"] = len(keys), len(want_keys)
+missing = [k for k in want_keys if k not in got]
+extra = [k for k in keys if k not in want]
+res["missing"], res["extra"] = missing[:20], extra[:20]
+if missing:
+    bad(f"{len(missing)} keys of torch.load(FILE) missing, first {missing[0]!r}")
+if extra:
+    bad(f"{len(extra)} keys not in torch.load(FILE), first {extra[0]!r}")
+res["same_order"] = keys == want_keys
+if not missing and not extra and not res["same_order"]:
+    bad("the keys of torch.load(FILE), in another order")
+equal = type_off = dtype_off = shape_off = value_off = 0
+for k, w in want.items():
+    if k not in got:
+        continue
+    g = got[k]
+    if not isinstance(w, torch.Tensor) or not isinstance(g, torch.Tensor):
+        if type(g) is type(w) and g == w:
+            equal += 1
+            continue
+        type_off += 1
+        if type_off == 1:
+            bad(f"{k}: a {type(g).__name__}, torch.load(FILE) has a {type(w).__name__}")
+        continue
+    if g.dtype != w.dtype:
+        dtype_off += 1
+        if dtype_off == 1:
+            bad(f"{k}: dtype {g.dtype}, expected {w.dtype}")
+        continue
+    if g.shape != w.shape:
+        shape_off += 1
+        if shape_off == 1:
+            bad(f"{k}: shape {list(g.shape)}, expected {list(w.shape)}")
+        continue
+    same = torch.equal(g, w)
+    if same and w.is_floating_point():
+        bits = BITS[w.element_size()]
+        same = torch.equal(g.contiguous().view(bits), w.contiguous().view(bits))
+    if not same:
+        value_off += 1
+        if value_off == 1:
+            bad(f"{k}: values differ")
+        continue
+    equal += 1
+res["equal"] = equal
+res["type_mismatches"], res["dtype_mismatches"] = type_off, dtype_off
+res["shape_mismatches"], res["value_mismatches"] = shape_off, value_off
+res["dtypes"] = sorted({str(t.dtype).replace("torch.", "") for t in got.values()
+                        if isinstance(t, torch.Tensor)})
+if not want_keys:
+    bad("torch.load(FILE) gave no tensors")
+done()
+"""
+
 CommandFailed = ib.CommandFailed  # what ib.Launcher raises, too
 
 
@@ -254,20 +386,29 @@ def clear_leftovers(scratch, keep=()):
 
 
 # ---------------------------------------------------------------------------------------------
-# The checks of the outputs (once per file, untimed)
+# The checks of the outputs (once per file and mode, untimed)
 
 
-def check_output(args, path, out):
-    """Parses OUT in a child torch interpreter. Returns (ok, one-line summary, details dict)."""
-    v = subprocess.run([args.python, "-c", CHECK_CODE, path, out], stdin=subprocess.DEVNULL,
+def run_check_child(args, code, *argv):
+    """Runs a check in a child torch interpreter. Returns (its JSON result, None), or (None, the
+    failed check's (ok, summary, details)) when it gave none."""
+    v = subprocess.run([args.python, "-c", code, *argv], stdin=subprocess.DEVNULL,
                        capture_output=True, text=True)
     if v.returncode != 0:
-        return False, (f"the check child failed (exit {v.returncode}):\n"
-                       f"{v.stderr[-2000:]}"), {"rc": v.returncode}
+        return None, (False, (f"the check child failed (exit {v.returncode}):\n"
+                              f"{v.stderr[-2000:]}"), {"rc": v.returncode})
     try:
-        d = json.loads(v.stdout.strip().splitlines()[-1])
+        return json.loads(v.stdout.strip().splitlines()[-1]), None
     except (ValueError, IndexError):
-        return False, f"the check child printed no result: {v.stdout[-500:]!r}", {}
+        return None, (False, f"the check child printed no result: {v.stdout[-500:]!r}", {})
+
+
+def check_safetensors(args, path, out):
+    """Parses OUT as safetensors in a child torch interpreter. Returns (ok, one-line summary,
+    details dict)."""
+    d, failed = run_check_child(args, SAFETENSORS_CHECK_CODE, path, out)
+    if failed:
+        return failed
     ok = bool(d.get("ok"))
     if "tensors_equal" not in d:  # stopped at the header
         return False, "FAILED: " + "; ".join(d["problems"]), d
@@ -287,62 +428,125 @@ def check_output(args, path, out):
     return ok, "\n".join([summary] + lines), d
 
 
-def check_tool(args, path, scratch):
-    out = os.path.join(scratch, "check.safetensors")
+def check_pth(args, path, out, cast):
+    """Compares torch.load(OUT) with torch.load(FILE), cast to `cast` (None: as is), in a child
+    torch interpreter. Returns (ok, one-line summary, details dict)."""
+    d, failed = run_check_child(args, PTH_CHECK_CODE, path, out, cast or "")
+    if failed:
+        return failed
+    ok = bool(d.get("ok"))
+    if "equal" not in d:  # not a dict
+        return False, "FAILED: " + "; ".join(d["problems"]), d
+    want = f"{{k: v.to(torch.{cast})}} of torch.load(FILE)" if cast else "torch.load(FILE)"
+    article = "an" if d["type"][:1].lower() in "aeiou" else "a"
+    summary = (f"{'OK' if ok else 'FAILED'}: torch.load gives {article} {d['type']} of {d['keys']} "
+               f"entries ({', '.join(d['dtypes']) or 'no'} tensors); against {want}: "
+               f"{len(d['missing'])} missing, {len(d['extra'])} extra, "
+               f"{'same' if d['same_order'] else 'NOT the same'} order; equal bit for bit for "
+               f"{d['equal']} of {d['want_keys']}; file {d['file_bytes']:,} B"
+               f"{'' if d['zip'] else ' (NOT a zip)'}")
+    return ok, "\n".join([summary] + d["problems"][:5]), d
+
+
+def check_written(argv, out, who, ok_codes, check):
+    """Runs argv, which writes OUT, then check(OUT); OUT is deleted after. Returns check's
+    (ok, one-line summary, details dict), or the failure of the run."""
     remove_output(out, sync=False)
     try:
-        r = subprocess.run([args.tool, "convert", path, "-o", out, "--force"],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if r.returncode not in TOOL_OK_CODES:
-            return False, (f"ckpt-tool convert exited with {r.returncode}:\n"
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if r.returncode not in ok_codes:
+            return False, (f"{who} exited with {r.returncode}:\n"
                            f"{(r.stderr + r.stdout)[-2000:]}"), {"rc": r.returncode}
         if not os.path.exists(out):
-            return False, "ckpt-tool convert exited 0 but wrote no output", {}
-        return check_output(args, path, out)
+            return False, f"{who} exited {r.returncode} but wrote no output", {}
+        return check(out)
     finally:
         remove_output(out)
 
 
-def check_python_writer(args, path, scratch):
-    out = os.path.join(scratch, "check-py.safetensors")
-    remove_output(out, sync=False)
-    try:
-        r = subprocess.run([args.python, "-c", PY_CONVERT_CODE, path, out],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if r.returncode != 0:
-            return False, (f"the Python writer exited with {r.returncode}:\n"
-                           f"{r.stderr[-2000:]}"), {"rc": r.returncode}
-        return check_output(args, path, out)
-    finally:
-        remove_output(out)
+def mode_checks(mode, args, path, scratch):
+    """The untimed checks of one mode: (key, what, who, argv, ok codes, OUT, check), where argv
+    writes OUT and check(OUT) gives (ok, one-line summary, details dict)."""
+    if mode == "safetensors":
+        st, py = (os.path.join(scratch, n) for n in ("check.safetensors", "check-py.safetensors"))
+        check = functools.partial(check_safetensors, args, path)
+        return [("tool", "ckpt-tool's output", "ckpt-tool convert",
+                 [args.tool, "convert", path, "-o", st, "--force"], TOOL_OK_CODES, st, check),
+                ("python", "the Python row's output", "the Python writer",
+                 [args.python, "-c", PY_CONVERT_CODE, path, py], (0,), py, check)]
+
+    cast, copy, py = (os.path.join(scratch, n) for n in ("check-cast.pth", "check-copy.pth",
+                                                          "check-py.pth"))
+    check_cast = functools.partial(check_pth, args, path, cast=CAST)
+    return [("tool_cast", f"ckpt-tool's --dtype {CAST} output", f"ckpt-tool convert --dtype {CAST}",
+             [args.tool, "convert", path, "-o", cast, "--dtype", CAST, "--force"], TOOL_OK_CODES,
+             cast, check_cast),
+            ("tool_copy", "ckpt-tool's output without a cast", "ckpt-tool convert",
+             [args.tool, "convert", path, "-o", copy, "--force"], TOOL_OK_CODES, copy,
+             functools.partial(check_pth, args, path, cast=None)),
+            ("python", "the Python row's output", "the Python writer",
+             [args.python, "-c", PY_CAST_CODE, path, py, CAST], (0,), py, check_cast)]
 
 
 # ---------------------------------------------------------------------------------------------
 # Benchmarking one file
 
 
-def bench_file(launcher, args, name, path, scratch):
-    out_cp = os.path.join(scratch, "out")
-    out_st = os.path.join(scratch, "out.safetensors")
-    cmds = [
-        {"id": "cp", "label": "cp FILE OUT", "kind": "floor",
-         "argv": [args.cp, path, out_cp], "runs": args.runs, "ok": (0,), "output": out_cp},
+def floor_commands(args, path, scratch):
+    """cp FILE OUT, with and without a sync: the rows both modes start with."""
+    out = os.path.join(scratch, "out")
+    return [
+        {"id": "cp", "label": "cp FILE OUT", "short": "cp", "kind": "floor",
+         "argv": [args.cp, path, out], "runs": args.runs, "ok": (0,), "output": out},
         # convert fsyncs its output before renaming it into place; this is cp with the same
         # durability.
-        {"id": "cp_sync", "label": "cp FILE OUT && sync OUT", "kind": "floor",
-         "argv": ["/bin/sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", path, out_cp],
-         "runs": args.runs, "ok": (0,), "output": out_cp},
-        {"id": "convert", "label": "ckpt-tool convert FILE -o OUT.safetensors --force",
-         "kind": "tool", "argv": [args.tool, "convert", path, "-o", out_st, "--force"],
-         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out_st},
-        {"id": "convert_no_verify",
-         "label": "ckpt-tool convert FILE -o OUT.safetensors --force --no-verify", "kind": "tool",
-         "argv": [args.tool, "convert", path, "-o", out_st, "--force", "--no-verify"],
-         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out_st},
-        {"id": "python", "label": "python: torch.load; write safetensors by hand (no fsync)",
-         "kind": "python", "argv": [args.python, "-c", PY_CONVERT_CODE, path, out_st],
-         "runs": args.py_runs, "ok": (0,), "output": out_st},
+        {"id": "cp_sync", "label": "cp FILE OUT && sync OUT", "short": "cp + sync", "kind": "floor",
+         "argv": ["/bin/sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", path, out],
+         "runs": args.runs, "ok": (0,), "output": out},
     ]
+
+
+def safetensors_commands(args, path, scratch):
+    out = os.path.join(scratch, "out.safetensors")
+    return floor_commands(args, path, scratch) + [
+        {"id": "convert", "label": "ckpt-tool convert FILE -o OUT.safetensors --force",
+         "short": "convert", "kind": "tool",
+         "argv": [args.tool, "convert", path, "-o", out, "--force"],
+         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out},
+        {"id": "convert_no_verify",
+         "label": "ckpt-tool convert FILE -o OUT.safetensors --force --no-verify",
+         "short": "convert --no-verify", "kind": "tool",
+         "argv": [args.tool, "convert", path, "-o", out, "--force", "--no-verify"],
+         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out},
+        {"id": "python", "label": "python: torch.load; write safetensors by hand (no fsync)",
+         "short": "python", "kind": "python", "argv": [args.python, "-c", PY_CONVERT_CODE, path, out],
+         "runs": args.py_runs, "ok": (0,), "output": out},
+    ]
+
+
+def pth_commands(args, path, scratch):
+    out = os.path.join(scratch, "out.pth")
+    cast = [args.tool, "convert", path, "-o", out, "--dtype", CAST, "--force"]
+    return floor_commands(args, path, scratch) + [
+        {"id": "convert_cast", "label": f"ckpt-tool convert FILE -o OUT.pth --dtype {CAST} --force",
+         "short": "convert --dtype", "kind": "tool", "argv": cast,
+         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out},
+        {"id": "convert_cast_no_verify",
+         "label": f"ckpt-tool convert FILE -o OUT.pth --dtype {CAST} --force --no-verify",
+         "short": "convert --dtype --no-verify", "kind": "tool", "argv": cast + ["--no-verify"],
+         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out},
+        {"id": "convert_copy", "label": "ckpt-tool convert FILE -o OUT.pth --force (no cast)",
+         "short": "convert (no cast)", "kind": "tool",
+         "argv": [args.tool, "convert", path, "-o", out, "--force"],
+         "runs": args.runs, "ok": TOOL_OK_CODES, "output": out},
+        {"id": "python", "label": f"python: torch.load; torch.save of each float .to({CAST}) (no fsync)",
+         "short": "python", "kind": "python",
+         "argv": [args.python, "-c", PY_CAST_CODE, path, out, CAST],
+         "runs": args.py_runs, "ok": (0,), "output": out},
+    ]
+
+
+def bench_file(launcher, args, name, scratch, cmds):
     for c in cmds:
         c["samples"] = []
         c["error"] = None
@@ -385,32 +589,99 @@ def bench_file(launcher, args, name, path, scratch):
     return cmds
 
 
-def ratios(cmds):
+# ---------------------------------------------------------------------------------------------
+# Ratios and reporting
+
+
+def div(by, a, b):
+    """Median of row a / median of row b; None when either failed."""
+    a, b = by[a], by[b]
+    if a["error"] or b["error"] or not a["median_s"] or not b["median_s"]:
+        return None
+    return a["median_s"] / b["median_s"]
+
+
+def diff(by, a, b):
+    """Median of row a - median of row b, in seconds; None when either failed."""
+    return None if by[a]["error"] or by[b]["error"] else by[a]["median_s"] - by[b]["median_s"]
+
+
+def peak(by, a):
+    return None if by[a]["error"] else by[a]["peak_mib"]
+
+
+def safetensors_ratios(cmds):
     by = {c["id"]: c for c in cmds}
+    return {"convert_over_cp": div(by, "convert", "cp"),
+            "convert_over_cp_sync": div(by, "convert", "cp_sync"),
+            "no_verify_over_cp_sync": div(by, "convert_no_verify", "cp_sync"),
+            "no_verify_over_cp": div(by, "convert_no_verify", "cp"),
+            "python_over_convert": div(by, "python", "convert"),
+            "python_over_no_verify": div(by, "python", "convert_no_verify"),
+            "read_back_s": diff(by, "convert", "convert_no_verify"),
+            "convert_peak_mib": peak(by, "convert"),
+            "no_verify_peak_mib": peak(by, "convert_no_verify")}
 
-    def div(a, b):
-        a, b = by[a], by[b]
-        if a["error"] or b["error"] or not a["median_s"] or not b["median_s"]:
-            return None
-        return a["median_s"] / b["median_s"]
 
-    conv, nov = by["convert"], by["convert_no_verify"]
-    return {"convert_over_cp": div("convert", "cp"),
-            "convert_over_cp_sync": div("convert", "cp_sync"),
-            "no_verify_over_cp_sync": div("convert_no_verify", "cp_sync"),
-            "no_verify_over_cp": div("convert_no_verify", "cp"),
-            "python_over_convert": div("python", "convert"),
-            "python_over_no_verify": div("python", "convert_no_verify"),
-            "read_back_s": (None if conv["error"] or nov["error"]
-                            else conv["median_s"] - nov["median_s"]),
-            "convert_peak_mib": None if conv["error"] else conv["peak_mib"],
-            "no_verify_peak_mib": None if nov["error"] else nov["peak_mib"]}
+def pth_ratios(cmds):
+    by = {c["id"]: c for c in cmds}
+    cast_pk, py_pk = peak(by, "convert_cast"), peak(by, "python")
+    return {"python_over_cast": div(by, "python", "convert_cast"),
+            "python_over_cast_no_verify": div(by, "python", "convert_cast_no_verify"),
+            "cast_read_back_s": diff(by, "convert_cast", "convert_cast_no_verify"),
+            "copy_over_cp": div(by, "convert_copy", "cp"),
+            "copy_over_cp_sync": div(by, "convert_copy", "cp_sync"),
+            "cast_peak_mib": cast_pk,
+            "cast_no_verify_peak_mib": peak(by, "convert_cast_no_verify"),
+            "copy_peak_mib": peak(by, "convert_copy"),
+            "python_peak_mib": py_pk,
+            "python_peak_over_cast_peak": py_pk / cast_pk if cast_pk and py_pk else None}
 
 
 def flag(ok):
     if ok is None:
         return ""
     return "  (target met)" if ok else "  (ABOVE target)"
+
+
+def fmt_mib(v):
+    return "-" if v is None else f"{v:.1f} MiB"
+
+
+def fmt_delta_s(v):
+    return "-" if v is None else f"{v:+.4f} s"
+
+
+def print_safetensors_ratios(rat):
+    r = rat["convert_over_cp"]
+    print(f"   convert / cp (time):                   {ib.ratio(r)}"
+          f"{flag(None if r is None else r <= CP_TARGET)}  target <= {CP_TARGET:g}x"
+          f"   (cp leaves its data in the page cache; convert fsyncs)")
+    print(f"   convert / (cp + sync) (time):          {ib.ratio(rat['convert_over_cp_sync'])}"
+          f"   (same durability)")
+    print(f"   convert --no-verify / (cp + sync):     {ib.ratio(rat['no_verify_over_cp_sync'])}"
+          f"   (vs cp: {ib.ratio(rat['no_verify_over_cp'])})")
+    print(f"   read-back check (convert - --no-verify medians): {fmt_delta_s(rat['read_back_s'])}")
+    print(f"   python / convert (speed-up):           {ib.ratio(rat['python_over_convert'])}"
+          f"   (vs --no-verify: {ib.ratio(rat['python_over_no_verify'])}; python does not fsync)")
+    print(f"   convert peak RSS:                      {fmt_mib(rat['convert_peak_mib'])}"
+          f"   (--no-verify: {fmt_mib(rat['no_verify_peak_mib'])})")
+
+
+def print_pth_ratios(rat):
+    print(f"   python / convert --dtype (speed-up):   {ib.ratio(rat['python_over_cast'])}"
+          f"   (vs --dtype --no-verify: {ib.ratio(rat['python_over_cast_no_verify'])}; "
+          f"python does not fsync)")
+    print(f"   read-back check (convert --dtype - --dtype --no-verify medians): "
+          f"{fmt_delta_s(rat['cast_read_back_s'])}")
+    print(f"   convert (no cast) / cp (time):         {ib.ratio(rat['copy_over_cp'])}"
+          f"   (cp leaves its data in the page cache; convert fsyncs)")
+    print(f"   convert (no cast) / (cp + sync):       {ib.ratio(rat['copy_over_cp_sync'])}"
+          f"   (same durability)")
+    print(f"   peak RSS: convert --dtype {fmt_mib(rat['cast_peak_mib'])} (--no-verify "
+          f"{fmt_mib(rat['cast_no_verify_peak_mib'])}), convert (no cast) {fmt_mib(rat['copy_peak_mib'])}, "
+          f"python {fmt_mib(rat['python_peak_mib'])} (python / convert --dtype: "
+          f"{ib.ratio(rat['python_peak_over_cast_peak'])})")
 
 
 def gib_per_s(nbytes, seconds):
@@ -426,15 +697,67 @@ def print_check(what, ok, summary):
         print(f"     {line}")
 
 
+def bench_mode(launcher, args, name, path, size, scratch, mode, errors):
+    """Checks, times and reports one mode on one file. Returns its part of the JSON entry."""
+    print(f"   -- {MODES[mode]}")
+    checks = {}
+    for key, what, who, argv, ok_codes, out, check in mode_checks(mode, args, path, scratch):
+        try:
+            ok, summary, detail = check_written(argv, out, who, ok_codes, check)
+        except OSError as e:
+            ok, summary, detail = False, f"check could not run: {e}", {}
+        print_check(what, ok, summary)
+        if not ok:
+            errors.append(f"{name} ({mode}): check of {what}: {summary}")
+        checks[key] = {"ok": ok, "summary": summary, **detail}
+    stray = clear_leftovers(scratch)
+    if stray:
+        print(f"   note: the checks left {', '.join(stray)} in the scratch directory (deleted)")
+
+    ib.warm_page_cache(path)  # the checks ran torch and wrote files; FILE stays hot
+    commands = safetensors_commands if mode == "safetensors" else pth_commands
+    cmds = bench_file(launcher, args, name, scratch, commands(args, path, scratch))
+    ib.print_table(cmds)
+    if mode == "safetensors":
+        rat = safetensors_ratios(cmds)
+        print_safetensors_ratios(rat)
+    else:
+        rat = pth_ratios(cmds)
+        print_pth_ratios(rat)
+    thr = ", ".join(f"{c['id']} {gib_per_s(size, None if c['error'] else c['median_s'])}"
+                    for c in cmds)
+    print(f"   throughput (FILE bytes / median): {thr}")
+    outs = ", ".join(f"{c['short']} {c.get('out_bytes') or '-'} B"
+                     for c in cmds if c["id"] != "cp_sync")  # cp + sync writes what cp writes
+    print(f"   output sizes: {outs}")
+    for c in cmds:
+        if c["leftovers"]:
+            names = sorted(set(c["leftovers"]))
+            print(f"   note: {c['label']} left {', '.join(names[:5])}"
+                  f"{' ...' if len(names) > 5 else ''} in the scratch directory "
+                  f"({len(c['leftovers'])} times; deleted)")
+        if c["error"]:
+            errors.append(f"{name} ({mode}): {c['label']}: {c['error']}")
+    return {"checks": checks, "ratios": rat,
+            "commands": [{k: c.get(k) for k in ("id", "label", "kind", "argv", "median_s", "min_s",
+                                                 "max_s", "median_cpu_s", "peak_mib", "out_bytes",
+                                                 "leftovers", "error")}
+                         | {"samples": c["samples"]} for c in cmds]}
+
+
 # ---------------------------------------------------------------------------------------------
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Example: bench/convert_bench.py --sizes 1g --json bench/out/convert.json")
+                                 epilog="Example: bench/convert_bench.py --sizes 1g --mode pth "
+                                        "--json bench/out/convert.json")
     ap.add_argument("--sizes", default=",".join(SIZES),
                     help=f"comma-separated, from {','.join(SPECS)} (default: all)")
+    ap.add_argument("--mode", choices=(*MODES, "both"), default="both",
+                    help="safetensors: .pth -> safetensors; pth: .pth -> .pth cast to "
+                         f"{CAST}, and without a cast; both (default): each, in that order")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "out"),
                     help="where checkpoints are cached and outputs written (default: bench/out/)")
     ap.add_argument("--tool", default=os.path.join(REPO, "build", "ckpt-tool"),
@@ -453,6 +776,7 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true", help="each run on stderr")
     args = ap.parse_args()
 
+    modes = list(MODES) if args.mode == "both" else [args.mode]
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     bad = [s for s in sizes if s not in SPECS]
     if bad or not sizes:
@@ -490,7 +814,7 @@ def main():
         floor_s = statistics.median(s["wall_s"] for s in floor)
         floor_mib = max(s["maxrss_kib"] for s in floor) / 1024
 
-        print("ckpt-tool convert benchmark (.pth -> safetensors)")
+        print(f"ckpt-tool convert benchmark ({'; '.join(MODES[m] for m in modes)})")
         print(f"  date     {machine['date_utc']}")
         print(f"  machine  {machine['nproc']} CPUs ({machine['cpu_model']}), "
               f"{machine['mem_total_gib']} GiB RAM, {machine['os']}, kernel {machine['kernel']}")
@@ -511,7 +835,7 @@ def main():
         results = {"machine": machine, "method": launcher.description,
                    "settings": {"runs": args.runs, "py_runs": args.py_runs, "warmup": args.warmup,
                                 "seed": args.seed, "out_dir": args.out_dir,
-                                "cp_target": CP_TARGET},
+                                "modes": modes, "cast": CAST, "cp_target": CP_TARGET},
                    "launcher_floor": {"median_s": floor_s, "peak_mib": floor_mib}, "files": []}
 
         for name in sizes:
@@ -536,68 +860,12 @@ def main():
             print(f"   page cache warmed: read all {nbytes / (1 << 20):.1f} MiB once in "
                   f"{warm_s:.2f} s before timing")
 
-            checks = {}
-            for key, what, fn in (("tool", "ckpt-tool's output", check_tool),
-                                  ("python", "the Python row's output", check_python_writer)):
-                try:
-                    ok, summary, detail = fn(args, path, scratch)
-                except OSError as e:
-                    ok, summary, detail = False, f"check could not run: {e}", {}
-                print_check(what, ok, summary)
-                if not ok:
-                    errors.append(f"{name}: check of {what}: {summary}")
-                checks[key] = {"ok": ok, "summary": summary, **detail}
-            stray = clear_leftovers(scratch)
-            if stray:
-                print(f"   note: the checks left {', '.join(stray)} in the scratch directory (deleted)")
-
-            ib.warm_page_cache(path)  # the checks ran torch and wrote files; FILE stays hot
-            cmds = bench_file(launcher, args, name, path, scratch)
-            ib.print_table(cmds)
-            rat = ratios(cmds)
-            r = rat["convert_over_cp"]
-            print(f"   convert / cp (time):                   {ib.ratio(r)}"
-                  f"{flag(None if r is None else r <= CP_TARGET)}  target <= {CP_TARGET:g}x"
-                  f"   (cp leaves its data in the page cache; convert fsyncs)")
-            print(f"   convert / (cp + sync) (time):          {ib.ratio(rat['convert_over_cp_sync'])}"
-                  f"   (same durability)")
-            print(f"   convert --no-verify / (cp + sync):     {ib.ratio(rat['no_verify_over_cp_sync'])}"
-                  f"   (vs cp: {ib.ratio(rat['no_verify_over_cp'])})")
-            rb = rat["read_back_s"]
-            print(f"   read-back check (convert - --no-verify medians): "
-                  f"{'-' if rb is None else f'{rb:+.4f} s'}")
-            print(f"   python / convert (speed-up):           {ib.ratio(rat['python_over_convert'])}"
-                  f"   (vs --no-verify: {ib.ratio(rat['python_over_no_verify'])}; python does not fsync)")
-            pk, pk2 = rat["convert_peak_mib"], rat["no_verify_peak_mib"]
-            print(f"   convert peak RSS:                      {'-' if pk is None else f'{pk:.1f} MiB'}"
-                  f"   (--no-verify: {'-' if pk2 is None else f'{pk2:.1f} MiB'})")
-            by = {c["id"]: c for c in cmds}
-            thr = ", ".join(f"{cid} {gib_per_s(size, None if by[cid]['error'] else by[cid]['median_s'])}"
-                            for cid in ("cp", "cp_sync", "convert", "convert_no_verify", "python"))
-            print(f"   throughput (FILE bytes / median): {thr}")
-            outs = {c["id"]: c.get("out_bytes") for c in cmds}
-            print(f"   output sizes: cp {outs['cp'] or '-'} B, convert {outs['convert'] or '-'} B, "
-                  f"convert --no-verify {outs['convert_no_verify'] or '-'} B, "
-                  f"python {outs['python'] or '-'} B")
-            for c in cmds:
-                if c["leftovers"]:
-                    names = sorted(set(c["leftovers"]))
-                    print(f"   note: {c['label']} left {', '.join(names[:5])}"
-                          f"{' ...' if len(names) > 5 else ''} in the scratch directory "
-                          f"({len(c['leftovers'])} times; deleted)")
-                if c["error"]:
-                    errors.append(f"{name}: {c['label']}: {c['error']}")
-            results["files"].append({
-                "size": name, "description": desc, "path": path, "bytes": size, "tensors": count,
-                "tensor_shape": list(shape), "generated_now": generated,
-                "page_cache_warm_read_s": warm_s,
-                "checks": checks,
-                "ratios": rat,
-                "commands": [{k: c.get(k) for k in ("id", "label", "kind", "argv", "median_s",
-                                                     "min_s", "max_s", "median_cpu_s", "peak_mib",
-                                                     "out_bytes", "leftovers", "error")}
-                             | {"samples": c["samples"]} for c in cmds],
-            })
+            for mode in modes:
+                entry = bench_mode(launcher, args, name, path, size, scratch, mode, errors)
+                results["files"].append({
+                    "size": name, "mode": mode, "description": desc, "path": path, "bytes": size,
+                    "tensors": count, "tensor_shape": list(shape), "generated_now": generated,
+                    "page_cache_warm_read_s": warm_s, **entry})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

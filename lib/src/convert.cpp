@@ -67,9 +67,11 @@ void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
 
 std::string cast_hash(const Checkpoint& c, size_t ti, DType to) {
     const TensorInfo& t = c.tensors()[ti];
-    RecordData data = c.record_data(*c.record_index(c.storages()[t.storage].record));
+    size_t record = *c.record_index(c.storages()[t.storage].record);
+    RecordData data = c.record_data(record);
     std::vector<uint8_t> bytes;
     cast_bytes(t, data.view(), to, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });
+    c.record_file(record).release(data.view());  // memory stays bounded by the largest tensor
     return buffer_stats(to, {bytes.data(), bytes.size()}, t.numel).hash;
 }
 
