@@ -31,6 +31,7 @@ const char* format_name(Format f) {
         case Format::torch_zip: return "torch-zip";
         case Format::torchscript: return "torchscript";
         case Format::safetensors: return "safetensors";
+        case Format::legacy: return "legacy";
     }
     return "?";
 }
@@ -111,13 +112,7 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 
 // The first bytes of formats this version does not read yet, for a clear message.
 void reject_other_formats(ByteView file) {
-    static const uint8_t legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
-                                           0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
     if (file.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): not a checkpoint");
-    if (file.size >= sizeof legacy_magic && std::equal(legacy_magic, legacy_magic + sizeof legacy_magic, file.data))
-        throw Error(ErrorKind::unsupported, "",
-                    "legacy torch format (torch < 1.6 or _use_new_zipfile_serialization=False) is not "
-                    "read by this version yet");
     if (file.size >= 265 && std::string_view(reinterpret_cast<const char*>(file.data) + 257, 5) == "ustar")
         throw Error(ErrorKind::unsupported, "", "tar-format torch checkpoint (torch < 0.4) is not supported");
     if (file.data[0] == 0x80)
@@ -520,6 +515,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const Open
         Builder b{*c, options, {}, {}};
         if (ZipArchive::sniff(c->m_file->view())) b.read_torch_zip();
         else if (sniff_safetensors(c->m_file->view())) b.read_safetensors_file();
+        else if (sniff_legacy(c->m_file->view())) b.read_legacy();
         else reject_other_formats(c->m_file->view());
         std::string key;
         std::unordered_set<const Value*> on_path;

@@ -10,6 +10,9 @@
 
 namespace ckpt {
 
+// The legacy format's first bytes: a pickle of its magic number (legacy.cpp).
+bool sniff_legacy(ByteView file);
+
 struct Checkpoint::Builder {
     Checkpoint& c;
     const OpenOptions& options;
@@ -17,6 +20,7 @@ struct Checkpoint::Builder {
 
     void read_torch_zip();
     void read_safetensors_file();
+    void read_legacy();  // legacy.cpp
     void check_storages();
     void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
     void add_leaf(const std::string& key, const Value* v);

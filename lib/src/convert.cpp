@@ -207,6 +207,8 @@ ConvertReport convert(const ConvertRequest& rq) {
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not convert a damaged checkpoint: " + c->problems().front().message);
+    if (c->byteorder() == "big")
+        throw Error(ErrorKind::unsupported, rq.input, "a big-endian checkpoint: its tensor bytes would need swapping, which convert does not do");
     const StateDict& sd = c->state_dict();
     // The top-level objects besides the state dict (optimizer, epoch, args): kept only by pth → pth.
     std::vector<std::string> others;
@@ -216,7 +218,8 @@ ConvertReport convert(const ConvertRequest& rq) {
             std::string k = key_part(c->root()->dict_key(i));
             if (sd.kind == StateDictKind::none || (k != sd.path && sd.path.rfind(k + ".", 0) != 0)) others.push_back(k);
         }
-    bool whole = r.format == "pth" && c->format() == Format::torch_zip && c->shards().empty() && !rq.weights_only;
+    bool whole = r.format == "pth" && (c->format() == Format::torch_zip || c->format() == Format::legacy) && c->shards().empty() &&
+                 !rq.weights_only;
     if (whole && rq.max_shard_size) {
         if (!root_is_state_dict)
             throw Error(ErrorKind::usage, rq.input, "--max-shard-size shards a state dict; this checkpoint holds more" +

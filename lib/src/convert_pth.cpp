@@ -213,7 +213,7 @@ void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out
 }  // namespace
 
 void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
-    if (c.format() != Format::torch_zip)
+    if (c.format() != Format::torch_zip && c.format() != Format::legacy)
         throw Error(ErrorKind::unsupported, rq.input, "a whole " + std::string(format_name(c.format())) + " checkpoint cannot be written as pth; use --weights-only for its state dict");
     std::unordered_map<size_t, DType> retype;
     const StateDict& sd = c.state_dict();
@@ -239,17 +239,16 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     for (const auto& rec : c.records()) total += rec.size;
     AtomicFile out(rq.output);
     size_t records = 0;
-    r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](const ZipEntry& e, ZipWriter& w) {
-        done += e.size;
+    r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](size_t record, const std::string& name, ZipWriter& w) {
+        done += c.records()[record].size;
         if (rq.progress) rq.progress(done, total);
-        auto it = cast_record.find(e.name);
+        auto it = cast_record.find(c.records()[record].name);
         if (it == cast_record.end()) return false;
         DType from = c.storages()[it->second].dtype;
-        size_t record = *c.record_index(e.name);
         RecordData data = c.record_data(record);
         std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), retype.at(it->second));
         ByteView cv{cast.data(), cast.size()};
-        w.add(e.name, cv, crc32_of(cv));
+        w.add(name, cv, crc32_of(cv));
         c.record_file(record).release(data.view());
         return true;
     });

@@ -40,6 +40,11 @@ nlohmann::json to_json(const InspectReport& r) {
                       {"zip64", c.zip64()},
                       {"pickle_protocol", c.pickle_protocol()},
                       {"pickle_bytes", c.pickle_size()}};
+    if (!c.type_sizes().empty()) {
+        nlohmann::json ts = nlohmann::json::object();
+        for (const auto& [name, size] : c.type_sizes()) ts[name] = size;
+        j["container"]["type_sizes"] = std::move(ts);
+    }
     const StateDict& sd = c.state_dict();
     if (sd.kind == StateDictKind::none) {
         j["state_dict"] = nullptr;
@@ -141,6 +146,10 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.pickle_size()) << ", "
             << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
         for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";
+    } else if (c.format() == Format::legacy) {
+        out << paint("1", c.path()) << ": legacy torch format (protocol 1001, " << c.byteorder() << "-endian";
+        for (const auto& [name, size] : c.type_sizes()) out << ", " << name << " " << size;
+        out << "; torch < 1.6 or _use_new_zipfile_serialization=False), " << human_bytes(c.file_size()) << "\n";
     } else {
         std::string fmt = c.format() == Format::torchscript ? "TorchScript zip" : "torch zip";
         out << paint("1", c.path()) << ": " << fmt << " (root " << c.zip_root() << ", " << c.byteorder()

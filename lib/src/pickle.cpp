@@ -530,7 +530,7 @@ PickleResult Machine::run() {
             case 'Q': {
                 Value* pid = pop();
                 if (m_trace && pid == m_last_tuple && m_last_tuple_pos.size() >= 2)
-                    m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1]});
+                    m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1], m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0});
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
             }

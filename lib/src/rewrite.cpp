@@ -19,6 +19,18 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
     if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
     ByteView pk = c.pickle_bytes();
     for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), ""});
+    if (c.format() == Format::legacy)  // its persistent ids, as the zip format's: without the sixth item
+        for (const auto& p : trace->persistent_ids) {
+            if (p.pid->kind == ValueKind::tuple && !p.pid->items.empty() && p.pid->items[0]->kind == ValueKind::string &&
+                p.pid->items[0]->s == "module")
+                throw Error(ErrorKind::unsupported, c.path(),
+                            "a pickled nn.Module in the legacy format names its classes by persistent ids, which the zip "
+                            "format cannot hold; convert its state dict with --weights-only");
+            if (p.view_pos == 0) continue;
+            if (pk.data[p.view_pos] != 'N')
+                throw Error(ErrorKind::unsupported, c.path(), "pickle: a storage's view metadata is not None", p.view_pos);
+            edits.push_back({p.view_pos, 1, ""});
+        }
     std::sort(edits.begin(), edits.end(), [](const PickleEdit& a, const PickleEdit& b) { return a.pos < b.pos; });
     std::string out;
     out.reserve(pk.size + edits.size() * 16);
@@ -137,20 +149,39 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
 }
 
 uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
-                         size_t& records, const std::function<bool(const ZipEntry&, ZipWriter&)>& custom) {
-    const ZipArchive& zip = c.zip();
+                         size_t& records, const CustomRecord& custom) {
     ZipWriter w(fd, target);
     ByteView pv{reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size()};
-    for (const ZipEntry& e : zip.entries()) {
-        if (e.name == c.pickle_record()) {
-            w.add(e.name, pv, crc32_of(pv));
-        } else if (custom && custom(e, w)) {
-            continue;
-        } else if (e.method == 0) {
-            w.add_copy(e.name, c.file().fd(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
-        } else {
-            RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
-            w.add(e.name, d.view(), e.crc32);
+    if (c.format() == Format::legacy) {
+        // The modern layout: ROOT/data.pkl, ROOT/data/KEY for each storage, ROOT/version; ROOT is the
+        // target's stem, as torch.save names it.
+        std::string base = target.substr(target.rfind('/') == std::string::npos ? 0 : target.rfind('/') + 1);
+        std::string root = base.substr(0, base.find('.') == 0 || base.find('.') == std::string::npos ? base.size() : base.find('.'));
+        if (root.empty()) root = "archive";
+        w.add(root + "/data.pkl", pv, crc32_of(pv));
+        for (size_t i = 0; i < c.records().size(); ++i) {
+            std::string name = root + "/data/" + c.records()[i].name;
+            if (custom && custom(i, name, w)) continue;
+            RecordData d = c.record_data(i);  // no CRC in this format: it is taken here, then the kernel copies
+            w.add_copy(name, c.file().fd(), *c.record_file_offset(i), d.view().size, crc32_of(d.view()));
+            c.file().release(d.view());
+        }
+        static const uint8_t version[] = {'3', '\n'};
+        w.add(root + "/version", {version, 2}, crc32_of({version, 2}));
+    } else {
+        const ZipArchive& zip = c.zip();
+        for (size_t i = 0; i < zip.entries().size(); ++i) {
+            const ZipEntry& e = zip.entries()[i];
+            if (e.name == c.pickle_record()) {
+                w.add(e.name, pv, crc32_of(pv));
+            } else if (custom && custom(i, e.name, w)) {
+                continue;
+            } else if (e.method == 0) {
+                w.add_copy(e.name, c.file().fd(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
+            } else {
+                RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
+                w.add(e.name, d.view(), e.crc32);
+            }
         }
     }
     records = w.records();

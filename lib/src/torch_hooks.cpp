@@ -62,6 +62,11 @@ Value* TorchHooks::global(Value* g) {
 
 Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     // ('storage', storage_class, key, location, numel)  — legacy files add view metadata.
+    // Legacy files also save the class of each pickled nn.Module as ('module', class, file, source):
+    // the class is what the pickle meant; its source code is never run (or read).
+    if (pid->kind == ValueKind::tuple && pid->items.size() == 4 && pid->items[0]->kind == ValueKind::string &&
+        pid->items[0]->s == "module" && pid->items[1]->kind == ValueKind::global)
+        return pid->items[1];
     if (pid->kind != ValueKind::tuple || pid->items.size() < 5 ||
         pid->items[0]->kind != ValueKind::string || pid->items[0]->s != "storage")
         throw Error(ErrorKind::unsupported, "",
@@ -74,6 +79,10 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     if (cls->kind != ValueKind::global || key->kind != ValueKind::string ||
         loc->kind != ValueKind::string || numel->kind != ValueKind::integer || numel->i < 0)
         throw Error(ErrorKind::corrupt, "", m_record + ": malformed storage reference " + repr(pid, 120),
+                    offset);
+    if (pid->items.size() >= 6 && pid->items[5]->kind != ValueKind::none)
+        throw Error(ErrorKind::unsupported, "",
+                    m_record + ": storage " + std::string(key->s) + " is a view of another storage (torch < 0.4), which is not read",
                     offset);
     auto dt = dtype_from_storage_class(cls->s2);
     if (!dt || (cls->s != "torch" && cls->s != "torch.storage"))

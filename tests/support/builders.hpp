@@ -47,11 +47,14 @@ public:
     PickleBuilder& binget(uint8_t i) { m_b += 'h'; m_b += char(i); return *this; }
     PickleBuilder& newfalse() { return op('\x89'); }
     PickleBuilder& stop() { return op('.'); }
-    // ('storage', torch.<cls>, key, 'cpu', numel) BINPERSID
+    // ('storage', torch.<cls>, key, 'cpu', numel) BINPERSID; after legacy(), the legacy format's
+    // 6-tuple with a None view_metadata.
     PickleBuilder& storage(const std::string& cls, const std::string& key, int64_t numel) {
-        mark().str("storage").global("torch", cls).str(key).str("cpu").integer(numel).tuple();
-        return op('Q');
+        mark().str("storage").global("torch", cls).str(key).str("cpu").integer(numel);
+        if (m_legacy) op('N');
+        return tuple().op('Q');
     }
+    PickleBuilder& legacy() { m_legacy = true; return *this; }
     // _rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())
     PickleBuilder& tensor(const std::string& cls, const std::string& key, int64_t numel, int64_t offset,
                           const std::vector<int64_t>& shape, const std::vector<int64_t>& stride) {
@@ -70,6 +73,7 @@ public:
 
 private:
     Bytes m_b;
+    bool m_legacy = false;
 };
 
 // A zip written the way torch.save writes one: STORED records, data aligned to 64 bytes through an
@@ -158,6 +162,34 @@ inline Bytes torch_zip(const std::string& root, const Bytes& pickle,
     for (const auto& [key, data] : storages) z.add(root + "/data/" + key, data);
     z.add(root + "/version", "3\n");
     return z.build();
+}
+
+// A file in the legacy format (torch < 1.6): the magic number, protocol `version`, sys_info, `pickle`
+// (its persistent ids built after PickleBuilder::legacy()), the storage key list, then for each
+// storage its int64 element count and bytes, both in the byte order `little` says.
+struct LegacyStorage {
+    std::string key;
+    int64_t count;
+    Bytes data;
+};
+inline Bytes legacy_file(const Bytes& pickle, const std::vector<LegacyStorage>& storages, bool little = true,
+                         int64_t version = 1001) {
+    Bytes out("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);
+    out += PickleBuilder().proto(2).integer(version).stop().bytes();
+    PickleBuilder info;
+    info.proto(2).empty_dict().mark().str("protocol_version").integer(1001).str("little_endian").op(little ? '\x88' : '\x89');
+    info.str("type_sizes").empty_dict().mark().str("short").integer(2).str("int").integer(4).str("long").integer(8).setitems();
+    out += info.setitems().stop().bytes();
+    out += pickle;
+    PickleBuilder keys;
+    keys.proto(2).empty_list().mark();
+    for (const auto& s : storages) keys.str(s.key);
+    out += keys.op('e').stop().bytes();
+    for (const auto& s : storages) {
+        for (int b = 0; b < 8; ++b) out += char((uint64_t(s.count) >> (8 * (little ? b : 7 - b))) & 0xff);
+        out += s.data;
+    }
+    return out;
 }
 
 inline void write_file(const std::string& path, const Bytes& bytes) {

@@ -26,6 +26,15 @@ Bytes good_pickle() {
     p.setitems().stop();
     return p.bytes();
 }
+Bytes legacy_pickle() {
+    PickleBuilder p;
+    p.legacy().proto(2).global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("w").tensor("FloatStorage", "0", 6, 0, {2, 3}, {3, 1});
+    p.str("b").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.setitems().stop();
+    return p.bytes();
+}
+Bytes good_legacy() { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"1", 3, floats(3)}}); }
 Bytes good_zip() { return testing::torch_zip("h", good_pickle(), {{"0", floats(6)}, {"1", floats(3)}}); }
 Bytes zip_of(const Bytes& pickle, const std::vector<std::pair<std::string, Bytes>>& storages = {{"0", floats(6)}, {"1", floats(3)}}) {
     return testing::torch_zip("h", pickle, storages);
@@ -100,6 +109,40 @@ const Row k_rows[] = {
     {"pickle without STOP", [](auto&) { return zip_of("\x80\x02}"); }, 2, "without a STOP"},
     {"string length lies", [](auto&) { return zip_of(Bytes("\x80\x02X\xff\xff\xff\x7f", 7)); }, 2, "truncated"},
     {"negative LONG4 length", [](auto&) { return zip_of(Bytes("\x80\x02\x8b\xff\xff\xff\xff.", 8)); }, 2, "negative length"},
+    {"legacy format", [](auto&) { return good_legacy(); }, 0, "legacy"},
+    {"legacy, big-endian", [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"1", 3, floats(3)}}, false); },
+     0, "big"},
+    {"legacy, protocol version 1000",
+     [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"1", 3, floats(3)}}, true, 1000); }, 2,
+     "protocol version 1000"},
+    {"legacy, truncated in a storage", [](auto&) { Bytes f = good_legacy(); return f.substr(0, f.size() - 5); }, 2, "holds 7 bytes"},
+    {"legacy, truncated in the key list", [](auto&) { Bytes f = good_legacy(); return f.substr(0, f.size() - 52 - 2); }, 2, "storage key list"},
+    {"legacy, element count disagrees", [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 5, floats(5)}, {"1", 3, floats(3)}}); },
+     2, "holds 20 bytes, but storage 0"},
+    {"legacy, element count overflows",
+     [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", int64_t(0x4000000000000001), floats(6)}, {"1", 3, floats(3)}}); }, 2,
+     "claims"},
+    {"legacy, a key no tensor uses",
+     [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"1", 3, floats(3)}, {"9", 1, floats(1)}}); }, 2,
+     "listed but no tensor uses it"},
+    {"legacy, a key listed twice", [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"0", 6, floats(6)}}); },
+     2, "listed twice"},
+    {"legacy, a storage view",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).global("torch._utils", "_rebuild_tensor_v2").mark();
+         p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").integer(6);
+         p.mark().str("1").integer(0).integer(6).tuple().tuple().op('Q');
+         p.integer(0).mark().integer(6).tuple().mark().integer(1).tuple().newfalse();
+         p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().stop();
+         return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
+     }, 2, "a view of another storage"},
+    {"legacy, posix.system payload",
+     [](const std::string& marker) {
+         PickleBuilder p;
+         p.proto(2).global("posix", "system").mark().str("touch " + marker).tuple().reduce().stop();
+         return testing::legacy_file(p.bytes(), {});
+     }, 0, "posix.system would run code"},
     {"posix.system payload",
      [](const std::string& marker) {
          PickleBuilder p;

@@ -93,9 +93,10 @@ struct Problem {
     std::string message;
 };
 
-enum class Format { torch_zip, torchscript, safetensors };
+enum class Format { torch_zip, torchscript, safetensors, legacy };
 
-// A stored byte range of the container: a zip record, or a safetensors tensor's bytes.
+// A stored byte range of the container: a zip record, a safetensors tensor's bytes, or a legacy
+// file's storage (named by its key).
 struct RecordInfo {
     std::string name;
     uint64_t size = 0;
@@ -124,6 +125,8 @@ public:
     const std::string& byteorder() const { return m_byteorder; }
     bool byteorder_recorded() const { return m_byteorder_recorded; }
     const std::string& version() const { return m_version; }
+    // legacy: the sys_info type sizes the writer recorded (short, int, long).
+    const std::vector<std::pair<std::string, int>>& type_sizes() const { return m_type_sizes; }
     uint8_t pickle_protocol() const { return m_protocol; }
     uint64_t pickle_size() const { return m_pickle_size; }
     size_t record_count() const;
@@ -192,7 +195,8 @@ private:
     std::vector<GlobalRef> m_globals;
     std::vector<Problem> m_problems;
     std::vector<RecordInfo> m_records;
-    std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors: [begin, end) in the file
+    std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors, legacy: [begin, end) in the file
+    std::vector<std::pair<std::string, int>> m_type_sizes;       // legacy: sys_info's type_sizes
     std::unordered_map<std::string, size_t> m_record_by_name;
     std::vector<std::pair<std::string, std::string>> m_metadata;
     std::vector<std::unique_ptr<Checkpoint>> m_shards;

@@ -52,6 +52,7 @@ struct PickleTrace {
     struct PersistentIdSite {
         const Value* pid;    // the tuple a BINPERSID consumed (torch: 'storage', class, key, location, numel)
         uint64_t type_pos;   // the opcode that pushed its second element (the storage class)
+        uint64_t view_pos;   // legacy 6-tuples: the opcode that pushed the sixth (view metadata), else 0
     };
     struct StackGlobal {
         uint64_t pos;       // the STACK_GLOBAL opcode

@@ -19,7 +19,6 @@
 namespace ckpt {
 
 class ZipWriter;
-struct ZipEntry;
 
 struct PickleEdit {
     uint64_t pos, len;  // the opcode replaced, within the pickle
@@ -29,7 +28,8 @@ struct PickleEdit {
 // A BINUNICODE opcode pushing `s`.
 std::string binunicode(std::string_view s);
 
-// The checkpoint's pickle with `edits` applied and its FRAMEs dropped. `c` must be opened with
+// The checkpoint's pickle with `edits` applied and its FRAMEs dropped (a legacy pickle's persistent
+// ids also lose their sixth item, the view metadata, as the zip format's have none). `c` must be opened with
 // trace_pickle. Throws Error(corrupt) for overlapping edits.
 std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edits);
 
@@ -40,12 +40,15 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
 // Throws Error(unsupported) for a storage whose class is pushed in a way this cannot rewrite.
 std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordered_map<size_t, DType>& retype);
 
-// The checkpoint's zip written to `fd` as torch writes one (STORED, 64-byte aligned, records in the
-// same order): `pickle` for its pickle record; `custom` is asked first for each record and returns
-// true when it wrote the record itself; the others are copied by the kernel (STORED) or inflated
-// (DEFLATE). Returns the file size; `records` gets the record count.
+// Asked first for each record: input record index, its name in the output; returns true when it
+// wrote the record itself.
+using CustomRecord = std::function<bool(size_t record, const std::string& name, ZipWriter& w)>;
+
+// The checkpoint written to `fd` as torch writes a zip (STORED, 64-byte aligned): `pickle` for its
+// pickle; a zip's records in the same order, copied by the kernel (STORED) or inflated (DEFLATE); a
+// legacy file's storages as ROOT/data/KEY records (ROOT: the target's stem) with a version record.
+// Returns the file size; `records` gets the record count.
 uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
-                         size_t& records,
-                         const std::function<bool(const ZipEntry&, ZipWriter&)>& custom = nullptr);
+                         size_t& records, const CustomRecord& custom = nullptr);
 
 }  // namespace ckpt

@@ -1,0 +1,129 @@
+// The legacy format (torch < 1.6, or torch.save(..., _use_new_zipfile_serialization=False)): pickles
+// back to back — the magic number, the protocol version 1001, a sys_info dict (byte order and type
+// sizes), the object itself (storages as persistent ids ('storage', class, key, location, numel,
+// view_metadata)), the list of storage keys — then for each key in that order an int64 element count
+// in the writer's byte order and the storage's raw bytes. Only the pickles and the 8-byte counts are
+// read: the storages become records (byte ranges of the file), as a zip's are.
+#include <algorithm>
+#include <cstring>
+
+#include "checkpoint_builder.hpp"
+#include "ckpt/bytes.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/pickle.hpp"
+#include "ckpt/zip.hpp"
+#include "torch_hooks.hpp"
+
+namespace ckpt {
+
+namespace {
+
+constexpr uint8_t k_magic[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};  // 0x1950a86a20f9469cfc6c, LE
+constexpr int64_t k_protocol_version = 1001;
+
+[[noreturn]] void corrupt(const std::string& what, uint64_t at) {
+    throw Error(ErrorKind::corrupt, "", "legacy checkpoint: " + what, at);
+}
+
+}  // namespace
+
+bool sniff_legacy(ByteView file) {
+    // PROTO 2..5, an optional FRAME, then LONG1 of the 10-byte magic number.
+    if (file.size < 14 || file.data[0] != 0x80 || file.data[1] < 2 || file.data[1] > 5) return false;
+    uint64_t at = 2;
+    if (file.data[at] == 0x95) at += 9;
+    return file.size >= at + 12 && file.data[at] == 0x8a && file.data[at + 1] == 10 &&
+           std::memcmp(file.data + at + 2, k_magic, sizeof k_magic) == 0;
+}
+
+void Checkpoint::Builder::read_legacy() {
+    ByteView file = c.m_file->view();
+    c.m_format = Format::legacy;
+    uint64_t at = 0;
+    PickleHooks plain;  // the header pickles hold plain data
+    auto next = [&](const std::string& what, PickleHooks& hooks, PickleTrace* trace = nullptr) -> const Value* {
+        if (at >= file.size) corrupt("the file ends before the " + what, at);
+        ByteView rest = *file.sub(at, file.size - at);
+        PickleResult r = run_pickle(rest, c.m_arena, hooks, what, at, options.pickle_limits, trace);
+        at += r.end;
+        if (what == "pickle") c.m_protocol = r.protocol;
+        return r.root;
+    };
+    const Value* magic = next("magic number", plain);
+    if (magic->kind != ValueKind::big_integer || magic->s != std::string_view(reinterpret_cast<const char*>(k_magic), sizeof k_magic))
+        corrupt("invalid magic number", 0);
+    const Value* version = next("protocol version", plain);
+    if (version->kind != ValueKind::integer || version->i != k_protocol_version)
+        throw Error(ErrorKind::unsupported, "", "legacy checkpoint of protocol version " + repr(version, 40) + " (only 1001 is read)");
+    c.m_version = "1001";
+    const Value* info = next("sys_info", plain);
+    if (info->kind != ValueKind::dict) corrupt("sys_info is not a dict", at);
+    bool little = true;
+    if (const Value* le = info->get("little_endian")) {
+        if (le->kind != ValueKind::boolean) corrupt("sys_info little_endian is " + repr(le, 40), at);
+        little = le->i != 0;
+    }
+    c.m_byteorder = little ? "little" : "big";
+    c.m_byteorder_recorded = true;
+    if (const Value* ts = info->get("type_sizes"); ts && ts->kind == ValueKind::dict)
+        for (size_t i = 0; i < ts->dict_size(); ++i) {
+            const Value *k = ts->dict_key(i), *v = ts->dict_value(i);
+            if (k->kind != ValueKind::string || v->kind != ValueKind::integer || v->i < 1 || v->i > 16)
+                corrupt("sys_info type_sizes holds " + repr(k, 40) + ": " + repr(v, 40), at);
+            c.m_type_sizes.push_back({std::string(k->s), static_cast<int>(v->i)});
+        }
+    // Storage element sizes do not follow type_sizes (LongStorage is int64 on every platform torch
+    // runs on, Windows' 4-byte long included); a writer whose short or int were not 2 and 4 bytes
+    // wrote something else.
+    for (const auto& [name, size] : c.m_type_sizes)
+        if ((name == "short" && size != 2) || (name == "int" && size != 4) || (name == "long" && size != 4 && size != 8))
+            throw Error(ErrorKind::unsupported, "", "legacy checkpoint written where " + name + " is " + std::to_string(size) + " bytes");
+
+    uint64_t pickle_at = at;
+    c.m_pickle_record = "pickle";
+    if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
+    TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, "pickle");
+    c.m_root_value = next("pickle", hooks, c.m_trace.get());
+    c.m_pickle = std::make_unique<RecordData>(*file.sub(pickle_at, at - pickle_at));
+    c.m_pickle_size = at - pickle_at;
+
+    const Value* keys = next("storage key list", plain);
+    if (keys->kind != ValueKind::list) corrupt("the storage key list is " + repr(keys, 40), at);
+    std::unordered_map<std::string, size_t> storage_of;
+    for (size_t i = 0; i < c.m_storages.size(); ++i) storage_of.emplace(c.m_storages[i].key, i);
+    for (const Value* k : keys->items) {
+        if (k->kind != ValueKind::string) corrupt("a storage key is " + repr(k, 40), at);
+        std::string key(k->s);
+        auto s = storage_of.find(key);
+        if (s == storage_of.end()) corrupt("storage " + key + " is listed but no tensor uses it", at);
+        StorageInfo& st = c.m_storages[s->second];
+        if (st.record_present) corrupt("storage " + key + " is listed twice", at);
+        st.record = key;
+        st.record_present = true;
+        uint64_t begin = at + 8, size = 0;
+        if (at + 8 <= file.size) {
+            uint64_t count = 0;
+            for (int b = 0; b < 8; ++b) count |= static_cast<uint64_t>(file.data[at + (little ? b : 7 - b)]) << (8 * b);
+            uint64_t esz = dtype_size(st.dtype);
+            if (!checked_mul(count, esz)) corrupt("storage " + key + " claims " + std::to_string(count) + " elements", at);
+            size = count * esz;
+        }
+        // A short file keeps what it has: the storage check reports the record as short.
+        uint64_t avail = begin <= file.size ? file.size - begin : 0;
+        uint64_t held = std::min(size, avail);
+        st.record_size = held;
+        c.m_record_by_name.emplace(key, c.m_records.size());
+        c.m_records.push_back({key, held, false, 0});
+        c.m_record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
+        if (held < size) {
+            at = file.size;
+            break;
+        }
+        at = begin + size;
+    }
+    for (auto& st : c.m_storages)
+        if (!st.record_present) st.record = st.key;  // not listed: the storage check reports it missing
+}
+
+}  // namespace ckpt
