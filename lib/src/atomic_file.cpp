@@ -1,5 +1,6 @@
 #include "ckpt/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -74,14 +76,37 @@ void unregister_temp(int slot) {
     if (slot >= 0) g_slots[slot].used.store(false);
 }
 
+// Temporaries of `target` that a writer killed outright (SIGKILL, a power cut: no handler runs) left
+// behind: ".NAME.PID.XXXXXXXX.tmp" whose PID is no longer a process. Removed after a commit.
+void remove_stale_temporaries(const std::string& target) {
+    std::string dir = parent_dir(target), lead = "." + base_name(target) + ".";
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name.size() <= lead.size() + 13 || name.compare(0, lead.size(), lead) != 0 || name.compare(name.size() - 4, 4, ".tmp") != 0)
+            continue;
+        std::string rest = name.substr(lead.size(), name.size() - lead.size() - 4);  // PID.XXXXXXXX
+        size_t dot = rest.find('.');
+        if (dot == std::string::npos || dot == 0 || rest.size() - dot - 1 != 8) continue;
+        if (rest.find_first_not_of("0123456789") != dot) continue;
+        if (rest.find_first_not_of("0123456789abcdef", dot + 1) != std::string::npos) continue;
+        long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
+        if (pid <= 0 || pid == static_cast<long>(::getpid())) continue;
+        if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+        ::unlinkat(::dirfd(d), name.c_str(), 0);
+    }
+    ::closedir(d);
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string target) : m_target(std::move(target)) {
     std::string dir = parent_dir(m_target);
     std::random_device rd;
     for (int attempt = 0; attempt < 16 && m_fd < 0; ++attempt) {
-        char suffix[32];
-        std::snprintf(suffix, sizeof suffix, ".%08x.tmp", static_cast<unsigned>(rd()));
+        char suffix[48];
+        std::snprintf(suffix, sizeof suffix, ".%ld.%08x.tmp", static_cast<long>(::getpid()), static_cast<unsigned>(rd()));
         m_temp = dir + "/." + base_name(m_target) + suffix;
         m_fd = ::open(m_temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (m_fd < 0 && errno != EEXIST) io_fail(m_target, "cannot create a file in " + dir, errno);
@@ -133,6 +158,7 @@ void AtomicFile::commit(bool replace) {
     m_committed = true;
     unregister_temp(m_slot);
     m_slot = -1;
+    remove_stale_temporaries(m_target);
     int dfd = ::open(parent_dir(m_target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         ::fsync(dfd);  // the rename itself reaches the disk

@@ -2,7 +2,9 @@
 // pickle patcher, each on inputs built byte by byte.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -107,6 +109,34 @@ TEST_CASE("atomic file: nothing appears until commit; no-replace commit refuses 
     }
     CHECK(read_file(target) == "second");
     CHECK_THROWS_AS(AtomicFile(dir + "/missing/dir/x.pth"), Error);
+}
+
+TEST_CASE("atomic file: a temporary left by a killed writer goes with the next commit of that target") {
+    std::string dir = testing::scratch_dir("rewrite_test_stale");
+    std::string target = dir + "/out.pth";
+    pid_t child = fork();
+    if (child == 0) {
+        AtomicFile f(target);
+        write_all(f.fd(), "half", 4, 0, target);
+        ::raise(SIGKILL);  // no handler, no destructor: the temporary stays
+        _exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(temporaries(dir) == 1);
+    testing::write_file(dir + "/.out.pth.1.0badc0de.tmp", "a live writer's (pid 1 is init)");
+    testing::write_file(dir + "/.other.pth." + std::to_string(child) + ".0badc0de.tmp", "another target's");
+    testing::write_file(dir + "/.out.pth.notapid.tmp", "not our name");
+    CHECK(temporaries(dir) == 4);
+    {
+        AtomicFile f(target);
+        write_all(f.fd(), "whole", 5, 0, target);
+        f.commit(false);
+    }
+    CHECK(read_file(target) == "whole");
+    CHECK(temporaries(dir) == 3);  // only the dead writer's temporary of out.pth is gone
+    CHECK(access((dir + "/.out.pth.1.0badc0de.tmp").c_str(), F_OK) == 0);
 }
 
 TEST_CASE("rename rule: keys and _metadata paths the way torch's consume_prefix does") {

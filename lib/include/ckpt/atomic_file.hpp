@@ -1,7 +1,9 @@
 // An output that appears whole or not at all. The bytes go to a temporary beside the target (same
 // directory, so the final rename is atomic); commit() fsyncs it, renames it over the target and fsyncs
 // the directory. Destroying an uncommitted AtomicFile removes the temporary, and so does SIGINT,
-// SIGTERM or SIGHUP while it is open: a repair cut short leaves the old file and nothing else.
+// SIGTERM or SIGHUP while it is open: a repair cut short leaves the old file and nothing else. The
+// temporary is named ".NAME.PID.XXXXXXXX.tmp"; one left by a writer killed outright (SIGKILL: no
+// handler runs) is removed by the next commit of the same target once that PID is gone.
 #pragma once
 
 #include <string>
