@@ -130,9 +130,24 @@ void AtomicFile::discard() {
     m_slot = -1;
 }
 
-void AtomicFile::commit(bool replace) {
+void AtomicFile::sync() {
     if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
     if (::fsync(m_fd) != 0) io_fail(m_target, "cannot flush to disk", errno);
+    m_synced = true;
+}
+
+void commit_set(const std::vector<std::unique_ptr<AtomicFile>>& files, AtomicFile* index, bool replace) {
+    for (const auto& f : files) f->sync();
+    if (index) index->sync();
+    if (index && replace && ::unlink(index->target().c_str()) != 0 && errno != ENOENT)
+        io_fail(index->target(), "cannot remove the old index", errno);
+    for (const auto& f : files) f->commit(replace);
+    if (index) index->commit(replace);
+}
+
+void AtomicFile::commit(bool replace) {
+    if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
+    if (!m_synced && ::fsync(m_fd) != 0) io_fail(m_target, "cannot flush to disk", errno);
     // Keep the mode an existing target had (an in-place repair should not change permissions).
     struct stat st {};
     if (replace && ::stat(m_target.c_str(), &st) == 0) ::fchmod(m_fd, st.st_mode & 07777);

@@ -371,8 +371,7 @@ ConvertReport convert(const ConvertRequest& rq) {
         }
         index = write_index(index_path, total, weight_map, r.bytes_written);
     }
-    for (auto& f : files) f->commit(rq.force);
-    if (index) index->commit(rq.force);
+    commit_set(files, index.get(), rq.force);
     r.outputs = paths;
     if (index) r.outputs.push_back(index_path);
     return r;

@@ -160,8 +160,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
         std::sort(weight_map.begin(), weight_map.end(), [&](const auto& a, const auto& b) { return order.at(a.first) < order.at(b.first); });
         index = write_index(index_path, total_size, weight_map, r.bytes_written);
     }
-    for (auto& f : files) f->commit(rq.force);
-    if (index) index->commit(rq.force);
+    commit_set(files, index.get(), rq.force);
     r.tensors = c.state_dict().entries.size();
     r.outputs = paths;
     if (index) r.outputs.push_back(index_path);

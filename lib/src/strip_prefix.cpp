@@ -347,10 +347,10 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) map[r.plan.rule.key(it.key())] = it.value();
     j["weight_map"] = map;
     std::string text = j.dump(2) + "\n";
-    files.push_back(std::make_unique<AtomicFile>(target));
-    write_all(files.back()->fd(), text.data(), text.size(), 0, target);
+    auto index = std::make_unique<AtomicFile>(target);
+    write_all(index->fd(), text.data(), text.size(), 0, target);
     r.bytes_written += text.size();
-    for (auto& f : files) f->commit(rq.force || rq.in_place);
+    commit_set(files, index.get(), rq.force || rq.in_place);
     r.output = target;
     return r;
 }

@@ -6,7 +6,9 @@
 // handler runs) is removed by the next commit of the same target once that PID is gone.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace ckpt {
 
@@ -25,6 +27,8 @@ public:
     // Makes the temporary the target. With `replace` false the rename fails (Error(io)) if the target
     // exists by then, checked by the kernel in the rename itself (no window between check and rename).
     void commit(bool replace);
+    // fsyncs the temporary now, so that a later commit() is only the rename.
+    void sync();
     // Removes the temporary now (a failed write).
     void discard();
 
@@ -33,7 +37,14 @@ private:
     int m_fd = -1;
     int m_slot = -1;  // signal-cleanup registration
     bool m_committed = false;
+    bool m_synced = false;
 };
+
+// A set of files that belong together (shards and the index naming them): every one is fsynced
+// first, so the renames follow each other closely; an existing index is removed before the first
+// shard is replaced, so a run cut short between renames leaves shards without an index, never an
+// index over a mix of old and new shards; the index comes last.
+void commit_set(const std::vector<std::unique_ptr<AtomicFile>>& files, AtomicFile* index, bool replace);
 
 // An output is fsynced before it is renamed into place, and for a large file that fsync is most of
 // the cost (1 GiB: ~3 s of writeback after 0.5 s of copying). Telling the kernel to start writing
