@@ -31,6 +31,7 @@ Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global);
 Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
+Runner setup_scan(CLI::App& sub, const GlobalOptions& global);
 
 // "verify  45%  460.0 MiB of 1.0 GiB" on one line of a terminal's stderr, for work over 256 MiB;
 // nothing when stderr is not a terminal or with -q.

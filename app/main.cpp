@@ -61,6 +61,13 @@ const Command k_commands[] = {
      "  ckpt-tool convert train.pth -o train.bf16.pth --dtype bfloat16   # optimizer and args kept\n"
      "  ckpt-tool convert train.pth -o release/pytorch_model.bin --weights-only --max-shard-size 2GB",
      setup_convert},
+    {"scan", "Classify every global the file's pickles would import (all pickles of a zip, the legacy format's, "
+             "pickles nested in bytes, a pickle hiding in front of a zip) by allow-list: safe, benign, unknown, "
+             "dangerous. Nothing is run. Exit 1 on anything dangerous (--strict: or unknown).",
+     "  ckpt-tool scan downloaded.pth\n"
+     "  ckpt-tool scan --strict --json *.pth *.bin\n"
+     "  ckpt-tool scan model.pkl legacy.pth",
+     setup_scan},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {
