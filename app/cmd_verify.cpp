@@ -58,7 +58,7 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
             if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << a->write_fingerprint << "\n";
         }
         std::cout.flush();
-        (void)c.release();  // see cmd_inspect
+        let_the_os_free(c);
         return report.ok() ? 0 : 1;
     };
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -32,6 +33,18 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
 Runner setup_scan(CLI::App& sub, const GlobalOptions& global);
+
+// The process ends right after a command: the OS takes memory back at once, while freeing a value
+// tree of millions of nodes one by one costs more than reading it (measured: ~12% of inspect). Under
+// AddressSanitizer it is freed, so that leak checking reports real leaks only.
+template <class T>
+void let_the_os_free(std::unique_ptr<T>& p) {
+#if defined(__SANITIZE_ADDRESS__)
+    p.reset();
+#else
+    (void)p.release();
+#endif
+}
 
 // "verify  45%  460.0 MiB of 1.0 GiB" on one line of a terminal's stderr, for work over 256 MiB;
 // nothing when stderr is not a terminal or with -q.
