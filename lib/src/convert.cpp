@@ -131,20 +131,25 @@ struct Planned {
     uint64_t begin = 0, end = 0;  // offsets in the data buffer
 };
 
+void read_back_failed(const ConvertRequest& rq, const std::string& why) {
+    throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
+}
+
+std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const AtomicFile& out) {
+    try {
+        return Checkpoint::open(out.temp_path());
+    } catch (const Error& e) {
+        read_back_failed(rq, e.message());
+    }
+}
+
 // The output opened again by the same checking readers as any input, and every tensor's content
 // hash compared with the source's (aliases with the tensor they alias).
 void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
                     std::optional<size_t> expected_count, std::optional<Fingerprint>* source_cache) {
     if (!rq.verify) return;
-    auto fail = [&](const std::string& why) {
-        throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
-    };
-    std::unique_ptr<Checkpoint> back;
-    try {
-        back = Checkpoint::open(out.temp_path());
-    } catch (const Error& e) {
-        fail(e.message());
-    }
+    auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
+    std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
     ScanOptions so;
     so.hash_only = true;  // equal hashes are the test; the statistics would double the cost
     std::optional<Fingerprint> local;

@@ -24,6 +24,11 @@ void cast_bytes(const TensorInfo& t, ByteView storage, DType to, const std::func
 // the writer).
 std::string cast_hash(const Checkpoint& c, size_t ti, DType to);
 
+// The written file (still the temporary) opened by the same checking readers as any input; an
+// error, or `fail(why)`, is Error(corrupt) naming rq.output: "does not read back as the input".
+[[noreturn]] void read_back_failed(const ConvertRequest& rq, const std::string& why);
+std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const AtomicFile& out);
+
 // Reopens the written file and compares every tensor's content hash with the source's (aliases
 // with the tensor they alias; cast tensors with the source cast again). `expected_count`: tensors the
 // output must hold (default: the state dict's, less the aliases safetensors stores once);

@@ -173,15 +173,8 @@ namespace {
 void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
                   const std::unordered_map<size_t, DType>& retype) {
     if (!rq.verify) return;
-    auto fail = [&](const std::string& why) {
-        throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
-    };
-    std::unique_ptr<Checkpoint> back;
-    try {
-        back = Checkpoint::open(out.temp_path());
-    } catch (const Error& e) {
-        fail(e.message());
-    }
+    auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
+    std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
     if (!back->problems().empty()) fail(back->problems().front().message);
     if (back->entries().size() != c.entries().size()) fail("a different structure");
     std::unordered_map<std::string, size_t> tensor_of;
