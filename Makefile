@@ -4,7 +4,7 @@ JOBS ?= 2
 PY := /usr/bin/python3
 DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test demo bench clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
 all: build
 
@@ -42,3 +42,60 @@ bench: deps build
 
 clean:
 	rm -rf $(BUILD)
+
+# Hardening (docs/hardening.md). Each has its own tree and installs what it needs, as deps does.
+define install_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+endef
+
+# `make sanitize`: every test with lib/, app/ and tests/ built with ASan + UBSan (gcc's runtimes:
+# libasan8, libubsan1). The LibTorch backend is built in the same tree without sanitizers (LibTorch
+# is not instrumented) and dlopened by the instrumented tool as usual. Sanitizer reports go to
+# $(ASAN_BUILD)/sanitizer-logs/ as well as failing the process, so a report in a process whose exit
+# code a test does not check still fails the target. LeakSanitizer is on everywhere, with no
+# suppressions: the backend tests (TorchScript loads, --dtype casts, the ATen oracle) leak nothing
+# LSan reports. Should a LibTorch upgrade start to, suppress it by library, not by turning LSan off:
+# LSAN_OPTIONS=suppressions=FILE with lines like `leak:libtorch_cpu.so` (docs/hardening.md).
+ASAN_BUILD ?= build-asan
+SAN_DEBS := libasan8 libubsan1
+SAN_LOGS = $(abspath $(ASAN_BUILD))/sanitizer-logs
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:log_path=$(SAN_LOGS)/asan:log_exe_name=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(SAN_LOGS)/ubsan:log_exe_name=1
+
+sanitize-deps: deps
+	$(call install_missing,$(SAN_DEBS))
+
+sanitize: sanitize-deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=ON
+	@rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS)
+	$(SAN_ENV) cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j$(JOBS); rc=$$?; \
+	if [ -n "$$(ls -A $(SAN_LOGS))" ]; then \
+	  echo "sanitizer reports in $(SAN_LOGS):"; for f in $(SAN_LOGS)/*; do echo "== $$f"; cat $$f; done; exit 1; \
+	fi; [ $$rc -eq 0 ] && echo "sanitize: all tests passed, no sanitizer reports"; exit $$rc
+
+# `make fuzz`: the libFuzzer targets of fuzz/ (clang 14, its libFuzzer runtime in libclang-rt-14-dev,
+# llvm-symbolizer in llvm), each run FUZZ_SECONDS from the seeds in fuzz/corpus/; findings land in
+# fuzz/crashes/. `make fuzz-quick` is the CI size (25 s per target).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= zip pickle safetensors legacy json
+FUZZ_DEBS := clang libclang-rt-14-dev llvm cmake make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libxxhash-dev
+
+fuzz-deps:
+	$(call install_missing,$(FUZZ_DEBS))
+
+fuzz-build: fuzz-deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCKPT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+	cmake --build $(FUZZ_BUILD) -j$(JOBS)
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-quick:
+	$(MAKE) fuzz FUZZ_SECONDS=25

@@ -261,8 +261,9 @@ private:
             case ValueKind::integer: out = "i" + std::to_string(k->i); return true;
             case ValueKind::big_integer: out = "B"; out += k->s; return true;
             case ValueKind::floating:
-                if (k->f == static_cast<double>(static_cast<int64_t>(k->f)) && k->f > -9.2e18 &&
-                    k->f < 9.2e18) {
+                // The range first: a cast of a double outside int64's range is undefined
+                // (found by fuzz_pickle: a key of 1e300).
+                if (k->f > -9.2e18 && k->f < 9.2e18 && k->f == static_cast<double>(static_cast<int64_t>(k->f))) {
                     out = "i" + std::to_string(static_cast<int64_t>(k->f));
                     return true;
                 }
@@ -437,8 +438,8 @@ PickleResult Machine::run() {
             case 'a': { Value* v = pop(); append_items(top(), {v}); break; }
             case 'e': { std::vector<Value*> items = pop_mark(); append_items(top(), items); break; }
             case 's': {
-                uint64_t key_pos[2] = {m_trace ? m_push_pos[m_push_pos.size() - 2] : 0, 0};
                 Value* v = pop();
+                uint64_t key_pos[2] = {m_trace && !m_push_pos.empty() ? m_push_pos.back() : 0, 0};
                 Value* k = pop();
                 set_items(top(), {k, v}, m_trace ? key_pos : nullptr);
                 break;

@@ -103,6 +103,9 @@ const Row k_rows[] = {
     {"nesting 100,000 deep",
      [](auto&) { return zip_of("\x80\x02" + Bytes(100000, ']') + Bytes(99999, 'a') + "."); }, 2, "nesting deeper than 1000"},
     {"100,000 MARKs", [](auto&) { return zip_of("\x80\x02" + Bytes(100000, '(') + "N."); }, 0, "None"},
+    // Found by fuzz_pickle: a float key was cast to int64 before its range was checked.
+    {"dict keyed by 1e300 and inf", [](auto&) { return zip_of(Bytes("\x80\x02}(G\x7e\x37\xe4\x3c\x88\x00\x75\x9cK\x01G\x7f\xf0\x00\x00\x00\x00\x00\x00K\x02u.", 28)); },
+     0, "1e+300"},
     {"memo index out of range", [](auto&) { return zip_of("\x80\x02h\x07."); }, 2, "memo index 7 is not defined"},
     {"long memo index out of range", [](auto&) { return zip_of(Bytes("\x80\x02j\xff\xff\xff\xff.", 8)); }, 2, "memo index 4294967295"},
     {"unknown opcode", [](auto&) { return zip_of("\x80\x02\xfe."); }, 2, "unknown opcode 0xfe"},

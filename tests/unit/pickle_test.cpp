@@ -165,6 +165,38 @@ TEST_CASE("pickle: hostile programs fail cleanly") {
     }
 }
 
+TEST_CASE("pickle: a traced run refuses short stacks as an untraced one does") {
+    // Found by fuzz_pickle (fuzz/crashes/pickle-setitem-*): the trace read the key's position
+    // before SETITEM had checked that there was a key, past the front of its vector.
+    auto traced_error = [](const std::string& bytes) {
+        ValueArena arena;
+        PickleHooks hooks;
+        PickleTrace trace;
+        ByteView v{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
+        try {
+            run_pickle(v, arena, hooks, "test.pkl", 0, {}, &trace);
+        } catch (const Error& e) {
+            return e.kind();
+        }
+        FAIL("no error");
+        return ErrorKind::io;
+    };
+    for (const std::string& bytes : {std::string("\x80\x02s."), std::string("\x80\x02}K\x01s."),
+                                    std::string("\x80\x02}(K\x01s."), std::string("\x80\x04\x93."),
+                                    std::string("\x80\x02}(s.")}) {
+        INFO("pickle of " << bytes.size() << " bytes");
+        CHECK(traced_error(bytes) == ErrorKind::corrupt);
+        CHECK(error_of(bytes) == ErrorKind::corrupt);
+    }
+}
+
+TEST_CASE("pickle: float dict keys out of int64's range") {
+    // Found by fuzz_pickle: a key of 1e300 was cast to int64 (undefined) to compare it with ints.
+    // pickle.loads gives {1e+300: 1, inf: 2, -1e+300: 3, 2.0: 5}: 2 == 2.0, the later value wins.
+    const std::string bytes("\x80\x02\x7d\x28\x47\x7e\x37\xe4\x3c\x88\x00\x75\x9c\x4b\x01\x47\x7f\xf0\x00\x00\x00\x00\x00\x00\x4b\x02\x47\xfe\x37\xe4\x3c\x88\x00\x75\x9c\x4b\x03\x47\x40\x00\x00\x00\x00\x00\x00\x00\x4b\x04\x4b\x02\x4b\x05\x75\x2e", 54);
+    CHECK(repr_of(bytes) == "{1e+300: 1, inf: 2, -1e+300: 3, 2.0: 5}");
+}
+
 TEST_CASE("repr matches Python's for floats") {
     CHECK(repr_float(0.1) == "0.1");
     CHECK(repr_float(1.0) == "1.0");
