@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets one after the other and prints, per target, the executions, exec/s,
 # corpus, coverage and findings. Usage (make fuzz calls it):
-#   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]      targets: zip pickle safetensors legacy json (default all)
+#   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]      targets: zip pickle safetensors legacy json scan (default all)
 # New corpus inputs go to BUILD_DIR/corpus/<target>/ (the committed seeds in fuzz/corpus/<target>/ are
 # read, never written); findings (crash-*, timeout-*, oom-*, leak-*) to fuzz/crashes/<target>-*;
 # each run's log to BUILD_DIR/fuzz-logs/<target>.log. Exits 1 when any target found something.
@@ -13,11 +13,11 @@ build="$1"
 seconds="$2"
 shift 2
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(zip pickle safetensors legacy json)
+[ ${#targets[@]} -eq 0 ] && targets=(zip pickle safetensors legacy json scan)
 
 # -max_len per target: above its largest seed (a zip cut short loses its directory), small enough to
 # keep the mutations where the parsing is.
-declare -A max_len=([zip]=65536 [pickle]=32768 [safetensors]=16384 [legacy]=65536 [json]=32768)
+declare -A max_len=([zip]=65536 [pickle]=32768 [safetensors]=16384 [legacy]=65536 [json]=32768 [scan]=32768)
 
 symbolizer=$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null | tail -1)
 export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-$symbolizer}"
@@ -36,6 +36,18 @@ for t in "${targets[@]}"; do
     before=$(ls "$here/crashes" | grep "^$t-" | sort)
     extra=()
     [ "${FUZZ_FORK:-0}" = 1 ] && extra=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+    # Every finding filed so far (fuzz/crashes/<target>-*) runs first: a regression fails at once.
+    filed=("$here"/crashes/"$t"-*)
+    if [ -e "${filed[0]}" ]; then
+        if ! "$bin" "${filed[@]}" >"$build/fuzz-logs/$t.regressions.log" 2>&1; then
+            echo "$t: a filed finding fails again (log: $build/fuzz-logs/$t.regressions.log)"
+            grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$build/fuzz-logs/$t.regressions.log" | head -5 | sed 's/^/    /'
+            status=1
+            summary+=("$(printf '%-12s regression in fuzz/crashes/%s-*' "$t" "$t")")
+            continue
+        fi
+        echo "== fuzz_$t: ${#filed[@]} filed findings pass"
+    fi
     echo "== fuzz_$t: ${seconds}s, -max_len=${max_len[$t]} (log: $log)"
     "$bin" "$build/corpus/$t" "$here/corpus/$t" \
         -max_total_time="$seconds" -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 \
