@@ -61,6 +61,9 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
         return nlohmann::json::parse(v.data + i, v.data + v.size);
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
+    } catch (const nlohmann::json::exception&) {
+        // out_of_range.406: a number too large for a double (found by fuzz_safetensors).
+        throw Error(ErrorKind::format, path, "looks like JSON but holds a number out of range");
     }
 }
 

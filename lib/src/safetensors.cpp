@@ -74,6 +74,9 @@ SafetensorsHeader read_safetensors(ByteView file) {
             });
     } catch (const nlohmann::ordered_json::parse_error& e) {
         broken("header is not valid JSON (at header byte " + std::to_string(e.byte) + ")", 8);
+    } catch (const nlohmann::ordered_json::exception&) {
+        // out_of_range.406, a number too large for a double: found by fuzz_safetensors.
+        broken("header holds a number out of range", 8);
     }
     if (!j.is_object()) broken("header is not a JSON object", 8);
     if (duplicate) broken("name \"" + duplicate_name + "\" appears twice in the header", 8);

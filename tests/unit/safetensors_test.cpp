@@ -2,6 +2,8 @@
 // must be refused with its own message (and through the binary: exit 2, one line naming the file).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/safetensors.hpp"
@@ -64,6 +66,8 @@ TEST_CASE("safetensors: every broken rule is refused with its own message") {
         {"overlap", file_of(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", std::string(4, '\0')), "overlaps"},
         {"bytes after the buffer", file_of("{" + t24 + "}", std::string(30, '\0')), "does not end at the end of the file"},
         {"truncated data", file_of("{" + t24 + "}", std::string(10, '\0')), "run past the end of the file"},
+        // Found by fuzz_safetensors: nlohmann's out_of_range escaped the reader (not a parse_error).
+        {"number past a double's range", file_of(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4e999]}})", std::string(4, '\0')), "number out of range"},
         {"no data_offsets", file_of(R"({"w":{"dtype":"F32","shape":[1]}})", std::string(4, '\0')), "data_offsets"},
     };
     std::string dir = testing::scratch_dir("safetensors_test");
@@ -79,6 +83,24 @@ TEST_CASE("safetensors: every broken rule is refused with its own message") {
         CHECK(r.exit_code == 2);
         CHECK(r.out.empty());
         CHECK(r.err.find(path) != std::string::npos);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+}
+
+TEST_CASE("JSON inputs with a number past a double's range are refused naming the file") {
+    // The same nlohmann exception in the other JSON readers: a diff-keys manifest, a verify reference.
+    std::string dir = testing::scratch_dir("json_range_test");
+    std::string manifest = dir + "/keys.json";
+    testing::write_file(manifest, R"({"keys": [{"key": "w", "shape": [1e999]}]})");
+    const std::string sample = std::string(CKPT_SOURCE_DIR) + "/data/training.pth";
+    const std::vector<std::vector<std::string>> runs = {{"diff-keys", sample, manifest}, {"verify", sample, manifest}};
+    for (const std::vector<std::string>& a : runs) {
+        testing::RunResult r = testing::run_tool(a);
+        INFO(a[0] << " stdout: " << r.out << "\nstderr: " << r.err);
+        CHECK(r.signal == 0);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find(manifest) != std::string::npos);
+        CHECK(r.err.find("number out of range") != std::string::npos);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
 }
