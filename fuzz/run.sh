@@ -6,7 +6,9 @@
 # read, never written); findings (crash-*, timeout-*, oom-*, leak-*) to fuzz/crashes/<target>-*;
 # each run's log to BUILD_DIR/fuzz-logs/<target>.log. Exits 1 when any target found something.
 # FUZZ_FORK=1 keeps a target going after a finding (libFuzzer's -fork=1 -ignore_crashes …), for long
-# runs; the default stops at the first one, as CI wants.
+# runs; the default stops at the first one, as CI wants. FUZZ_SEED=N fixes libFuzzer's seed (make
+# fuzz-quick uses 1, so a CI run explores the same way each time and fails only on a regression or a
+# change of the code; long runs keep a random seed to explore further).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$1"
@@ -36,6 +38,7 @@ for t in "${targets[@]}"; do
     before=$(ls "$here/crashes" | grep "^$t-" | sort)
     extra=()
     [ "${FUZZ_FORK:-0}" = 1 ] && extra=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+    [ -n "${FUZZ_SEED:-}" ] && extra+=(-seed="$FUZZ_SEED")
     # Every finding filed so far (fuzz/crashes/<target>-*) runs first: a regression fails at once.
     filed=("$here"/crashes/"$t"-*)
     if [ -e "${filed[0]}" ]; then
