@@ -60,13 +60,13 @@ KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
     ks.path = path;
     ks.kind = "manifest";
     std::vector<KeyInfo> keys;
-    std::string command = j.is_object() && j.contains("command") && j["command"].is_string() ? j["command"].get<std::string>() : "";
+    std::string command = json_string_or(j, "command");
     if ((command == "fingerprint" || command == "verify") && j.contains("tensors") && j["tensors"].is_array()) {
         // A fingerprint (verify --write-fingerprint) or verify --json: every row is a key.
         size_t n = 0;
         for (const auto& t : j["tensors"]) {
             ++n;
-            if (t.is_object() && t.value("status", "") == "missing") continue;  // the reference's, not this file's
+            if (json_string_or(t, "status") == "missing") continue;  // the reference's, not this file's
             keys.push_back(manifest_entry(path, t, n));
         }
     } else if (j.is_object() && j.contains("tensors") && j["tensors"].is_array()) {

@@ -241,9 +241,9 @@ Fingerprint fingerprint_from_json(const std::string& path, const nlohmann::json&
     auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a fingerprint: " + why); };
     if (!j.is_object() || !j.contains("tensors") || !j["tensors"].is_array()) bad("no \"tensors\" list");
     Fingerprint f;
-    f.file = j.value("file", path);
+    f.file = json_string_or(j, "file", path);
     f.file_size = j.contains("file_size") && j["file_size"].is_number_unsigned() ? j["file_size"].get<uint64_t>() : 0;
-    f.scope = j.contains("scope") && j["scope"].is_string() ? j["scope"].get<std::string>() : "state_dict";
+    f.scope = json_string_or(j, "scope", "state_dict");
     size_t n = 0;
     for (const auto& r : j["tensors"]) {
         std::string where = "tensor " + std::to_string(++n);

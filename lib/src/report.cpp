@@ -50,6 +50,12 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return s;
 }
 
+std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback) {
+    if (!j.is_object()) return fallback;
+    auto it = j.find(name);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 std::optional<nlohmann::json> read_json_file(const std::string& path) {
     MappedFile f(path);
     ByteView v = f.view();

@@ -183,7 +183,7 @@ Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_f
     is_fingerprint_file = json.has_value();
     if (json) {
         const nlohmann::json& j = *json;
-        if (j.is_object() && j.value("command", "") == "inspect")
+        if (json_string_or(j, "command") == "inspect")
             throw Error(ErrorKind::usage, path,
                         "an inspect report holds no statistics; write a fingerprint with verify --write-fingerprint");
         return fingerprint_from_json(path, j);

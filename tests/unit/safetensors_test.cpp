@@ -3,9 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
+#include "ckpt/fingerprint.hpp"
 #include "ckpt/safetensors.hpp"
 #include "support/builders.hpp"
 #include "support/run.hpp"
@@ -103,4 +108,35 @@ TEST_CASE("JSON inputs with a number past a double's range are refused naming th
         CHECK(r.err.find("number out of range") != std::string::npos);
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
+}
+
+TEST_CASE("Optional string fields of another type in a fingerprint are ignored, not an escaped type_error") {
+    // fuzz_json: {"command": "fingerprint", "file": 61, …} threw nlohmann's type_error out of
+    // fingerprint_from_json. "file", "scope", "command" and a row's "status" are informational.
+    std::string dir = testing::scratch_dir("json_types_test");
+    const std::string sample = std::string(CKPT_SOURCE_DIR) + "/data/training.pth";
+    std::string fp = dir + "/fp.json";
+    testing::RunResult w = testing::run_tool({"verify", sample, "--write-fingerprint", fp});
+    REQUIRE(w.exit_code == 0);
+    std::ifstream in(fp);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json j = nlohmann::json::parse(text.str());
+    REQUIRE(j["tensors"].size() > 0);
+    j["file"] = 61;
+    j["scope"] = nlohmann::json::array();
+    j["tensors"][0]["status"] = 5;
+    std::string odd = dir + "/odd.json";
+    testing::write_file(odd, j.dump());
+    for (const char* cmd : {"verify", "diff-keys"}) {
+        testing::RunResult r = testing::run_tool({cmd, sample, odd});
+        INFO(cmd << " stdout: " << r.out << "\nstderr: " << r.err);
+        CHECK(r.signal == 0);
+        CHECK(r.exit_code == 0);
+        CHECK(r.err.find("type_error") == std::string::npos);
+    }
+    ckpt::Fingerprint f = ckpt::fingerprint_from_json(odd, j);
+    CHECK(f.file == odd);
+    CHECK(f.scope == "state_dict");
+    CHECK(f.tensors.size() == j["tensors"].size());
 }

@@ -36,6 +36,10 @@ struct Paint {
 // but does not parse.
 std::optional<nlohmann::json> read_json_file(const std::string& path);
 
+// `j[name]` when `j` is an object holding a string there, `fallback` otherwise: for the optional
+// fields of files we read (nlohmann's value() throws a type_error when the field is another type).
+std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback = {});
+
 // A word for the shell: as it is when it is plain, single-quoted otherwise.
 std::string shell_quote(const std::string& s);
 // The exact `ckpt-tool strip-prefix` command line that repairs `file`: strips `strip` (none: the
