@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -119,9 +118,7 @@ TEST_CASE("Optional string fields of another type in a fingerprint are ignored, 
     testing::RunResult w = testing::run_tool({"verify", sample, "--write-fingerprint", fp});
     REQUIRE(w.exit_code == 0);
     std::ifstream in(fp);
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(text.str());
+    nlohmann::json j = nlohmann::json::parse(in);
     REQUIRE(j["tensors"].size() > 0);
     j["file"] = 61;
     j["scope"] = nlohmann::json::array();
