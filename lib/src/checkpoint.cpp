@@ -84,9 +84,15 @@ std::optional<uint64_t> Checkpoint::record_file_offset(size_t i) const {
 }
 
 std::optional<size_t> Checkpoint::record_index(const std::string& name) const {
-    auto it = m_record_by_name.find(name);
-    if (it == m_record_by_name.end()) return std::nullopt;
-    return it->second;
+    size_t pos = m_record_by_name.find(name, [this](size_t i) -> std::string_view { return m_records[i].name; });
+    if (pos == StringIndex::npos) return std::nullopt;
+    return pos;
+}
+
+void Checkpoint::add_record(RecordInfo record) {
+    m_record_by_name.insert(record.name, m_records.size(),
+                            [this](size_t i) -> std::string_view { return m_records[i].name; });
+    m_records.push_back(std::move(record));
 }
 bool Checkpoint::zip64() const { return m_zip && m_zip->zip64(); }
 size_t Checkpoint::compressed_records() const {
@@ -127,10 +133,8 @@ void Checkpoint::Builder::read_torch_zip() {
     ZipArchive zip = ZipArchive::open(c.m_file->view());
     c.m_zip = std::make_unique<ZipArchive>(std::move(zip));
     const auto& entries = c.m_zip->entries();
-    for (const auto& e : entries) {
-        c.m_record_by_name.emplace(e.name, c.m_records.size());
-        c.m_records.push_back({e.name, e.size, true, e.crc32});
-    }
+    c.m_records.reserve(entries.size());
+    for (const auto& e : entries) c.add_record({e.name, e.size, true, e.crc32});
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     const std::string& first = entries.front().name;
     size_t slash = first.find('/');
@@ -220,8 +224,7 @@ void Checkpoint::Builder::read_safetensors_file() {
         tv->s = c.m_arena.own(std::string(dtype_name(st.dtype)));
         root->entries.push_back(key);
         root->entries.push_back(tv);
-        c.m_record_by_name.emplace(st.name, c.m_records.size());
-        c.m_records.push_back({st.name, st.end - st.begin, false, 0});
+        c.add_record({st.name, st.end - st.begin, false, 0});
         c.m_record_ranges.push_back({st.begin, st.end});
         c.m_storages.push_back(std::move(s));
         c.m_tensors.push_back(std::move(t));
@@ -265,7 +268,7 @@ void Checkpoint::Builder::add_leaf(const std::string& key, const Value* v) {
     e.key = key;
     e.value = v;
     if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i);
-    entry_by_key.emplace(key, c.m_entries.size());
+    entry_by_key.insert(key, c.m_entries.size(), entry_key());
     c.m_entries.push_back(std::move(e));
 }
 
@@ -356,8 +359,8 @@ void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
             continue;
         }
         std::string full = path.empty() ? std::string(k->s) : path + "." + std::string(k->s);
-        auto it = entry_by_key.find(full);
-        if (it != entry_by_key.end()) sd.entries.push_back({std::string(k->s), it->second});
+        size_t entry = entry_by_key.find(full, entry_key());
+        if (entry != StringIndex::npos) sd.entries.push_back({std::string(k->s), entry});
     }
     sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");
 }
@@ -384,9 +387,8 @@ void Checkpoint::Builder::walk_module(const Value* m, const std::string& entry_p
             if (k->kind != ValueKind::string || d->dict_value(i)->kind != ValueKind::tensor) continue;
             std::string name(k->s);
             if (std::string(group) == "_buffers" && non_persistent.count(name)) continue;
-            auto it = entry_by_key.find(join(join(entry_path, group), name));
-            if (it != entry_by_key.end())
-                c.m_state_dict.entries.push_back({name_prefix + name, it->second});
+            size_t entry = entry_by_key.find(join(join(entry_path, group), name), entry_key());
+            if (entry != StringIndex::npos) c.m_state_dict.entries.push_back({name_prefix + name, entry});
         }
     }
     const Value* mods = st->get("_modules");

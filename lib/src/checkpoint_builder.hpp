@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/string_index.hpp"
 
 namespace ckpt {
 
@@ -16,7 +17,10 @@ bool sniff_legacy(ByteView file);
 struct Checkpoint::Builder {
     Checkpoint& c;
     const OpenOptions& options;
-    std::unordered_map<std::string, size_t> entry_by_key;
+    StringIndex entry_by_key;  // the first entry of each key
+    auto entry_key() const {
+        return [this](size_t pos) -> std::string_view { return c.m_entries[pos].key; };
+    }
 
     void read_torch_zip();
     void read_safetensors_file();

@@ -218,7 +218,7 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
             if (c.storages()[t.storage].dtype == DType::untyped)
                 throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " views an untyped storage, which cannot be recast in place; use --weights-only");
             if (t.rebuild != "torch._utils._rebuild_tensor_v2" && t.rebuild != "torch._utils._rebuild_tensor")
-                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " is rebuilt by " + t.rebuild + ", which names its dtype itself; use --weights-only");
+                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " is rebuilt by " + std::string(t.rebuild) + ", which names its dtype itself; use --weights-only");
             retype[t.storage] = *rq.dtype;
         }
     }

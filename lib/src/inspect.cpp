@@ -103,9 +103,11 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     r.checkpoint = &c;
     r.options = options;
 
-    std::unordered_map<size_t, std::string> sd_name;  // entry index → state dict name
-    for (const auto& e : c.state_dict().entries) sd_name.emplace(e.entry, e.name);
+    std::vector<const std::string*> sd_name(c.entries().size());  // entry index → state dict name
+    for (const auto& e : c.state_dict().entries)
+        if (!sd_name[e.entry]) sd_name[e.entry] = &e.name;
     std::vector<size_t> users = c.storage_users();
+    r.tensors.reserve(c.tensors().size());
 
     std::unordered_set<const Value*> counted_all;  // a tensor object at two keys counts once
     for (size_t i = 0; i < c.entries().size(); ++i) {
@@ -119,9 +121,8 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         row.key = e.key;
         row.tensor = *e.tensor;
         row.shared = users[t.storage] > 1;
-        auto it = sd_name.find(i);
-        if (it != sd_name.end()) {
-            row.name = it->second;
+        if (sd_name[i]) {
+            row.name = *sd_name[i];
             r.state_dict_totals.add(t);  // per key: what load_state_dict sees
         }
         if (counted_all.insert(e.value).second) r.all_totals.add(t);

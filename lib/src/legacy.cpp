@@ -113,8 +113,7 @@ void Checkpoint::Builder::read_legacy() {
         uint64_t avail = begin <= file.size ? file.size - begin : 0;
         uint64_t held = std::min(size, avail);
         st.record_size = held;
-        c.m_record_by_name.emplace(key, c.m_records.size());
-        c.m_records.push_back({key, held, false, 0});
+        c.add_record({key, held, false, 0});
         c.m_record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
         if (held < size) {
             at = file.size;

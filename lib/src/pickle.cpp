@@ -23,6 +23,7 @@
 #include "ckpt/pickle.hpp"
 
 #include "pickle_text.hpp"
+#include "ckpt/string_index.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -235,13 +236,15 @@ private:
         for (size_t n = 0; n < kv.size(); n += 2) {
             adopt(target, kv[n]);
             adopt(target, kv[n + 1]);
-            std::string key;
-            if (canonical_key(kv[n], key)) {
-                auto& index = m_dict_index[target];
-                auto [it, fresh] = index.emplace(std::move(key), target->entries.size());
+            if (canonical_key(kv[n], m_key)) {
+                auto key_at = [&](size_t pos) -> std::string_view {
+                    canonical_key(target->entries[pos], m_key_at);
+                    return m_key_at;
+                };
+                auto [pos, fresh] = m_dict_index[target].insert(m_key, target->entries.size(), key_at);
                 if (!fresh) {
-                    target->entries[it->second + 1] = kv[n + 1];
-                    if (key_pos) m_trace->key_sites.push_back({target, it->second / 2, kv[n], key_pos[n]});
+                    target->entries[pos + 1] = kv[n + 1];
+                    if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
                     continue;
                 }
             }
@@ -292,7 +295,8 @@ private:
     std::unordered_map<uint64_t, Value*> m_memo;
     std::vector<Value*> m_memo_dense;
     uint64_t m_memo_count = 0;
-    std::unordered_map<const Value*, std::unordered_map<std::string, size_t>> m_dict_index;
+    std::unordered_map<const Value*, StringIndex> m_dict_index;  // dict → position of each key in entries
+    std::string m_key, m_key_at;  // canonical keys (scratch)
     uint64_t m_op_offset = 0;
     uint64_t m_op_pos = 0;                // m_op_offset within the pickle
     PickleTrace* m_trace;

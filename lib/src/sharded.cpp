@@ -80,8 +80,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
         for (size_t r = 0; r < shard->records().size(); ++r) {
             RecordInfo rec = shard->records()[r];
             rec.name = file + ":" + rec.name;
-            c->m_record_by_name.emplace(rec.name, c->m_records.size());
-            c->m_records.push_back(rec);
+            c->add_record(rec);
             c->m_record_owner.push_back({s, r});
         }
         for (StorageInfo st : shard->storages()) {

@@ -89,17 +89,18 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
         throw Error(ErrorKind::unsupported, "",
                     m_record + ": unknown storage class " + global_name(cls), offset);
 
-    std::string k(key->s);
-    auto found = m_storage_by_key.find(k);
-    if (found != m_storage_by_key.end()) {
-        const StorageInfo& s = m_storages[static_cast<size_t>(found->second->i)];
+    std::string_view k = key->s;
+    auto storage_key = [this](size_t pos) -> std::string_view { return m_storages[pos].key; };
+    size_t known = m_storage_by_key.find(k, storage_key);
+    if (known != StringIndex::npos) {
+        const StorageInfo& s = m_storages[known];
         if (s.dtype != *dt || s.numel != static_cast<uint64_t>(numel->i))
-            m_problems.push_back({"storage_conflict", k,
-                                  "storage " + k + " is referenced as " +
+            m_problems.push_back({"storage_conflict", std::string(k),
+                                  "storage " + std::string(k) + " is referenced as " +
                                       std::string(dtype_name(s.dtype)) + "×" + std::to_string(s.numel) +
                                       " and as " + std::string(dtype_name(*dt)) + "×" +
                                       std::to_string(numel->i)});
-        return found->second;
+        return m_storage_values[known];
     }
     StorageInfo s;
     s.key = k;
@@ -108,14 +109,16 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     s.location = std::string(loc->s);
     s.storage_class = global_name(cls);
     if (!checked_mul(s.numel, dtype_size(s.dtype)))
-        throw Error(ErrorKind::corrupt, "", m_record + ": storage " + k + " size overflows", offset);
+        throw Error(ErrorKind::corrupt, "", m_record + ": storage " + std::string(k) + " size overflows", offset);
     Value* v = m_arena.make(ValueKind::storage, offset);
     v->i = static_cast<int64_t>(m_storages.size());
     v->raw = pid;
     v->s = m_arena.own(std::string(dtype_name(s.dtype)) + ", " + std::to_string(s.numel) +
-                       " elements, key " + k);
+                       " elements, key " + std::string(k));
+    m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
-    m_storage_by_key.emplace(k, v);
+    m_storage_values.resize(m_storages.size());
+    m_storage_values.back() = v;
     return v;
 }
 
@@ -128,42 +131,43 @@ Value* TorchHooks::tensor_value(TensorInfo info, Value* raw) {
     return v;
 }
 
-Value* TorchHooks::rebuild_tensor(Value* made, const std::string& fn, const std::vector<Value*>& a) {
+Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const std::vector<Value*>& a) {
     // _rebuild_tensor(storage, offset, size, stride)
     // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
     // _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
-    size_t need = fn == "_rebuild_tensor" ? 4 : fn == "_rebuild_tensor_v2" ? 6 : 7;
-    if (a.size() < need) bad(made, fn + " with " + std::to_string(a.size()) + " arguments");
-    if (a[0]->kind != ValueKind::storage) bad(made, fn + " without a storage");
+    size_t need = name == "_rebuild_tensor" ? 4 : name == "_rebuild_tensor_v2" ? 6 : 7;
     TensorInfo t;
-    t.rebuild = "torch._utils." + fn;
+    t.rebuild = need == 4 ? "torch._utils._rebuild_tensor" : need == 6 ? "torch._utils._rebuild_tensor_v2"
+                                                                       : "torch._utils._rebuild_tensor_v3";
+    if (a.size() < need) bad(made, std::string(name) + " with " + std::to_string(a.size()) + " arguments");
+    if (a[0]->kind != ValueKind::storage) bad(made, std::string(name) + " without a storage");
     t.storage = static_cast<size_t>(a[0]->i);
     const StorageInfo& st = m_storages[t.storage];
     t.dtype = st.dtype;
-    if (!is_int(a[1]) || a[1]->i < 0) bad(made, fn + ": storage offset is not a non-negative int");
+    if (!is_int(a[1]) || a[1]->i < 0) bad(made, std::string(name) + ": storage offset is not a non-negative int");
     t.storage_offset = a[1]->i;
     if (!int_tuple(a[2], t.shape) || !int_tuple(a[3], t.stride))
-        bad(made, fn + ": size or stride is not a tuple of ints");
-    if (t.shape.size() != t.stride.size()) bad(made, fn + ": size and stride differ in length");
+        bad(made, std::string(name) + ": size or stride is not a tuple of ints");
+    if (t.shape.size() != t.stride.size()) bad(made, std::string(name) + ": size and stride differ in length");
     if (need >= 6) {
         if (a[4]->kind != ValueKind::boolean && a[4]->kind != ValueKind::integer)
-            bad(made, fn + ": requires_grad is not a bool");
+            bad(made, std::string(name) + ": requires_grad is not a bool");
         t.requires_grad = a[4]->i != 0;
     }
-    if (fn == "_rebuild_tensor_v3") {
-        if (a[6]->kind != ValueKind::dtype) bad(made, fn + ": dtype argument is not a torch dtype");
+    if (name == "_rebuild_tensor_v3") {
+        if (a[6]->kind != ValueKind::dtype) bad(made, std::string(name) + ": dtype argument is not a torch dtype");
         auto dt = dtype_from_name(a[6]->s2);
         t.dtype = *dt;
         if (st.dtype != DType::untyped && st.dtype != t.dtype)
-            bad(made, fn + ": dtype differs from its typed storage");
+            bad(made, std::string(name) + ": dtype differs from its typed storage");
     } else if (st.dtype == DType::untyped) {
-        bad(made, fn + " over an untyped storage (needs _rebuild_tensor_v3)");
+        bad(made, std::string(name) + " over an untyped storage (needs _rebuild_tensor_v3)");
     }
     uint64_t numel = 1, extent = 1;
     for (size_t d = 0; d < t.shape.size(); ++d) {
-        if (t.shape[d] < 0 || t.stride[d] < 0) bad(made, fn + ": negative size or stride");
+        if (t.shape[d] < 0 || t.stride[d] < 0) bad(made, std::string(name) + ": negative size or stride");
         auto n = checked_mul(numel, static_cast<uint64_t>(t.shape[d]));
-        if (!n) bad(made, fn + ": element count overflows");
+        if (!n) bad(made, std::string(name) + ": element count overflows");
         numel = *n;
     }
     if (numel == 0) {
@@ -172,11 +176,11 @@ Value* TorchHooks::rebuild_tensor(Value* made, const std::string& fn, const std:
         for (size_t d = 0; d < t.shape.size(); ++d) {
             auto span = checked_mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]));
             auto e = span ? checked_add(extent, *span) : std::nullopt;
-            if (!e) bad(made, fn + ": tensor extent overflows");
+            if (!e) bad(made, std::string(name) + ": tensor extent overflows");
             extent = *e;
         }
     }
-    if (!checked_mul(numel, dtype_size(t.dtype))) bad(made, fn + ": byte size overflows");
+    if (!checked_mul(numel, dtype_size(t.dtype))) bad(made, std::string(name) + ": byte size overflows");
     t.numel = numel;
     t.extent = extent;
     return tensor_value(std::move(t), made);
@@ -197,7 +201,7 @@ Value* TorchHooks::reduce(Value* made) {
     }
     if (mod == "torch._utils" && plain_call &&
         (name == "_rebuild_tensor" || name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3"))
-        return rebuild_tensor(made, std::string(name), a);
+        return rebuild_tensor(made, name, a);
     if (mod == "torch._utils" && plain_call &&
         (name == "_rebuild_parameter" || name == "_rebuild_parameter_with_state")) {
         if (a.size() < 3 || a[0]->kind != ValueKind::tensor) bad(made, std::string(name) + " without a tensor");

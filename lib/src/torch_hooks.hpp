@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/pickle.hpp"
+#include "ckpt/string_index.hpp"
 
 namespace ckpt {
 
@@ -23,7 +24,7 @@ public:
     Value* persistent_load(Value* pid, uint64_t offset) override;
 
 private:
-    Value* rebuild_tensor(Value* made, const std::string& fn, const std::vector<Value*>& a);
+    Value* rebuild_tensor(Value* made, std::string_view name, const std::vector<Value*>& a);
     Value* tensor_value(TensorInfo info, Value* raw);
     [[noreturn]] void bad(const Value* at, const std::string& what) const;
 
@@ -34,7 +35,8 @@ private:
     std::vector<Problem>& m_problems;
     std::string m_record;
     std::unordered_map<std::string, size_t> m_global_index;
-    std::unordered_map<std::string, Value*> m_storage_by_key;
+    StringIndex m_storage_by_key;        // storage key → position in m_storages
+    std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
 };
 
 }  // namespace ckpt

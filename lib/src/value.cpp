@@ -1,5 +1,6 @@
 #include "ckpt/value.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,17 +19,39 @@ Value* Value::get(std::string_view key) const {
 }
 
 Value* ValueArena::make(ValueKind kind, uint64_t offset) {
-    if (m_values.size() >= m_max)
+    if (m_count >= m_max)
         throw Error(ErrorKind::limit, "",
                     "pickle builds more than " + std::to_string(m_max) + " values", offset);
-    Value& v = m_values.emplace_back();
+    if (m_values.empty() || m_values.back().size() == m_values.back().capacity()) {
+        // 64 values first (a small pickle), doubling to 8192 (1.4 MiB) per chunk.
+        size_t n = m_values.empty() ? 64 : std::min<size_t>(m_values.back().capacity() * 2, 8192);
+        m_values.emplace_back().reserve(n);
+    }
+    Value& v = m_values.back().emplace_back();
+    ++m_count;
     v.kind = kind;
     v.offset = offset;
     return &v;
 }
 
-std::string_view ValueArena::own(std::string text) {
-    return m_strings.emplace_back(std::move(text));
+std::string_view ValueArena::own(std::string_view text) {
+    if (text.empty()) return {};
+    constexpr size_t chunk = 64 * 1024;
+    if (text.size() > m_text_left) {
+        if (text.size() > chunk / 4) {  // a long text gets a block of its own
+            m_text.emplace_back(new char[text.size()]);
+            std::memcpy(m_text.back().get(), text.data(), text.size());
+            return {m_text.back().get(), text.size()};
+        }
+        m_text.emplace_back(new char[chunk]);
+        m_text_next = m_text.back().get();
+        m_text_left = chunk;
+    }
+    std::memcpy(m_text_next, text.data(), text.size());
+    std::string_view out(m_text_next, text.size());
+    m_text_next += text.size();
+    m_text_left -= text.size();
+    return out;
 }
 
 Value* ValueArena::integer(int64_t v, uint64_t offset) {

@@ -135,6 +135,7 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
 
     ByteReader r(*file.sub(cd_offset, cd_size), "zip central directory", cd_offset);
     zip.m_entries.reserve(count);
+    zip.m_by_name.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
         ZipEntry e;
         e.central_offset = r.file_offset();
@@ -184,7 +185,7 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
                         ", " + std::to_string(e.compressed_size) +
                         " bytes) runs past the start of the central directory",
                     e.central_offset);
-        if (!zip.m_by_name.emplace(e.name, zip.m_entries.size()).second)
+        if (!zip.m_by_name.insert(e.name, zip.m_entries.size(), zip.name_at()).second)
             corrupt("duplicate entry '" + e.name + "'", e.central_offset);
         zip.m_entries.push_back(std::move(e));
     }
@@ -192,8 +193,8 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
 }
 
 const ZipEntry* ZipArchive::find(const std::string& name) const {
-    auto it = m_by_name.find(name);
-    return it == m_by_name.end() ? nullptr : &m_entries[it->second];
+    size_t pos = m_by_name.find(name, name_at());
+    return pos == StringIndex::npos ? nullptr : &m_entries[pos];
 }
 
 uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {

@@ -6,13 +6,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "ckpt/dtype.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/pickle.hpp"
+#include "ckpt/string_index.hpp"
 #include "ckpt/value.hpp"
 
 namespace ckpt {
@@ -41,7 +41,7 @@ struct TensorInfo {
     size_t storage = 0;          // index into Checkpoint::storages
     bool requires_grad = false;
     bool is_parameter = false;
-    std::string rebuild;         // the rebuild function ("torch._utils._rebuild_tensor_v2")
+    std::string_view rebuild;    // the rebuild function ("torch._utils._rebuild_tensor_v2"); static text
     std::string subclass;        // tensor subclass for _rebuild_from_type_v2, "" when plain
     uint64_t numel = 0;
     uint64_t extent = 0;         // elements of the storage the tensor spans from its offset
@@ -197,7 +197,8 @@ private:
     std::vector<RecordInfo> m_records;
     std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors, legacy: [begin, end) in the file
     std::vector<std::pair<std::string, int>> m_type_sizes;       // legacy: sys_info's type_sizes
-    std::unordered_map<std::string, size_t> m_record_by_name;
+    StringIndex m_record_by_name;  // the first record of each name
+    void add_record(RecordInfo record);
     std::vector<std::pair<std::string, std::string>> m_metadata;
     std::vector<std::unique_ptr<Checkpoint>> m_shards;
     std::vector<std::string> m_shard_names;

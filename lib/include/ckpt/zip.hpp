@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ckpt/bytes.hpp"
+#include "ckpt/string_index.hpp"
 
 namespace ckpt {
 
@@ -77,11 +77,14 @@ public:
 
 private:
     uint64_t check_local_header(const ZipEntry& entry, ByteView header) const;
+    auto name_at() const {
+        return [this](size_t pos) -> std::string_view { return m_entries[pos].name; };
+    }
 
     ByteView m_file;
     ZipLimits m_limits;
     std::vector<ZipEntry> m_entries;
-    std::unordered_map<std::string, size_t> m_by_name;
+    StringIndex m_by_name;
     bool m_zip64 = false;
     uint64_t m_cd_offset = 0;
     uint64_t m_cd_size = 0;
