@@ -8,7 +8,8 @@ namespace app {
 namespace {
 struct DiffKeysArgs {
     std::string file, reference;
-    bool json = false, all = false, strict_dtype = false;
+    FormatArgs format;
+    bool all = false, strict_dtype = false;
     std::string state_dict_key, reference_state_dict_key;
     std::vector<std::string> ignore;
 };
@@ -22,7 +23,7 @@ Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global) {
                    "backend), or a JSON key manifest (a list of {key, shape, dtype}, inspect --json output, "
                    "a fingerprint)")
         ->required();
-    sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/diff-keys.schema.json)");
+    add_format_options(sub, a->format, "diff-keys.schema.json");
     sub.add_flag("--all", a->all, "List every key of every list, no elided rows");
     sub.add_flag("--strict-dtype", a->strict_dtype,
                  "Count dtype differences as a mismatch (exit 1); by default they are reported only, "
@@ -32,19 +33,24 @@ Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global) {
                    "Dotted path of the reference's state dict (default: detected)");
     sub.add_option("--ignore", a->ignore, "Leave out keys matching this glob on both sides (repeatable)");
     return [a, &global]() {
-        ckpt::OpenOptions open, ref_open;
-        if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
-        if (!a->reference_state_dict_key.empty()) ref_open.state_dict_key = a->reference_state_dict_key;
-        ckpt::KeySet file = ckpt::read_key_set(a->file, open);
-        ckpt::KeySet reference = ckpt::read_key_set(a->reference, ref_open);
-        ckpt::KeyDiff diff = ckpt::diff_keys(file, reference, {a->ignore, a->strict_dtype});
-        if (a->json) {
-            std::cout << ckpt::to_json(diff).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        } else {
-            ckpt::render_text(diff, std::cout, {global.color_enabled()}, {a->all});
-        }
-        std::cout.flush();
-        return diff.match() ? 0 : 1;
+        OutputFormat format = a->format.resolve();
+        return annotating_errors(format, a->file, [&] {
+            ckpt::OpenOptions open, ref_open;
+            if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
+            if (!a->reference_state_dict_key.empty()) ref_open.state_dict_key = a->reference_state_dict_key;
+            ckpt::KeySet file = ckpt::read_key_set(a->file, open);
+            ckpt::KeySet reference = ckpt::read_key_set(a->reference, ref_open);
+            ckpt::KeyDiff diff = ckpt::diff_keys(file, reference, {a->ignore, a->strict_dtype});
+            if (format == OutputFormat::json) {
+                std::cout << ckpt::to_json(diff).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            } else if (format == OutputFormat::github) {
+                ckpt::render_github(ckpt::github_annotations(diff), "diff-keys", std::cout);
+            } else {
+                ckpt::render_text(diff, std::cout, {global.color_enabled()}, {a->all});
+            }
+            std::cout.flush();
+            return diff.match() ? 0 : 1;
+        });
     };
 }
 

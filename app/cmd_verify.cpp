@@ -14,7 +14,7 @@ namespace {
 struct VerifyArgs {
     std::string file, reference, write_fingerprint, state_dict_key;
     ckpt::VerifyOptions options;
-    bool json = false;
+    FormatArgs format;
 };
 
 }  // namespace
@@ -33,33 +33,37 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--keys", a->options.key_globs, "Only tensors whose key matches this glob (repeatable)");
     sub.add_flag("--all", a->options.all, "Every tensor in the file by key (optimizer state too), not just the state dict");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
-    sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/verify.schema.json)");
+    add_format_options(sub, a->format, "verify.schema.json");
     return [a, &global]() {
-        ckpt::OpenOptions open;
-        if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
-        if (!a->reference.empty()) {
-            a->options.reference = a->reference;
-            a->options.reference_open = open;
-        }
-        a->options.progress = progress_line(global, "verify");
-        auto c = ckpt::Checkpoint::open(a->file, open);
-        ckpt::Fingerprint fp;
-        ckpt::VerifyReport report = ckpt::verify(*c, a->options, &fp);
-        if (!a->write_fingerprint.empty()) {
-            ckpt::AtomicFile out(a->write_fingerprint);
-            std::string text = ckpt::to_json(fp).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-            ckpt::write_all(out.fd(), text.data(), text.size(), 0, a->write_fingerprint);
-            out.commit(true);
-        }
-        if (a->json) {
-            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        } else {
-            ckpt::render_text(report, std::cout, {global.color_enabled()});
-            if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << a->write_fingerprint << "\n";
-        }
-        std::cout.flush();
-        let_the_os_free(c);
-        return report.ok() ? 0 : 1;
+        OutputFormat format = a->format.resolve();
+        return annotating_errors(format, a->file, [&] {
+            ckpt::OpenOptions open;
+            if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
+            if (!a->reference.empty()) {
+                a->options.reference = a->reference;
+                a->options.reference_open = open;
+            }
+            a->options.progress = progress_line(global, "verify");
+            auto c = ckpt::Checkpoint::open(a->file, open);
+            ckpt::Fingerprint fp;
+            ckpt::VerifyReport report = ckpt::verify(*c, a->options, &fp);
+            if (!a->write_fingerprint.empty()) {
+                ckpt::AtomicFile out(a->write_fingerprint);
+                std::string text = ckpt::to_json(fp).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+                ckpt::write_all(out.fd(), text.data(), text.size(), 0, a->write_fingerprint);
+                out.commit(true);
+            }
+            if (format == OutputFormat::json) {
+                std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            } else {
+                if (format == OutputFormat::github) ckpt::render_github(ckpt::github_annotations(report), "verify", std::cout);
+                else ckpt::render_text(report, std::cout, {global.color_enabled()});
+                if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << a->write_fingerprint << "\n";
+            }
+            std::cout.flush();
+            let_the_os_free(c);
+            return report.ok() ? 0 : 1;
+        });
     };
 }
 

@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ckpt/error.hpp"
+#include "ckpt/report.hpp"
+
 namespace app {
 
 struct GlobalOptions {
@@ -33,6 +36,23 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
 Runner setup_scan(CLI::App& sub, const GlobalOptions& global);
+
+// How a command that judges (diff-keys, verify, scan) reports: `--format text|json|github`, and `--json`,
+// which is `--format json` (kept as it was).
+enum class OutputFormat { text, json, github };
+struct FormatArgs {
+    bool json = false;
+    std::string format;  // "" when --format was not given
+    // Error(usage) when --json meets --format text or github.
+    OutputFormat resolve() const;
+};
+void add_format_options(CLI::App& sub, FormatArgs& f, const std::string& schema);
+
+// `--format github`: the ::error annotation of an error (the path it names, else `file`; title
+// "ckpt-tool error"), written to stdout besides the one line on stderr that main writes.
+ckpt::Annotation error_annotation(const ckpt::Error& e, const std::string& file);
+// Runs `body`; in github format an Error it throws is also an annotation on stdout, then goes on to main.
+int annotating_errors(OutputFormat format, const std::string& file, const std::function<int()>& body);
 
 // The process ends right after a command: the OS takes memory back at once, while freeing a value
 // tree of millions of nodes one by one costs more than reading it (measured: ~12% of inspect). Under

@@ -311,6 +311,20 @@ nlohmann::json to_json(const KeyDiff& d) {
     return j;
 }
 
+namespace {
+// "stripping "module." on ddp.pth's keys makes all 16 keys match", as text and annotations say it.
+std::string fix_text(const KeyDiff& d, const PrefixFix& f) {
+    std::string how;
+    if (!f.strip.empty()) how = "stripping \"" + f.strip + "\"";
+    if (!f.add.empty()) how += std::string(how.empty() ? "adding" : " and adding") + " \"" + f.add + "\"";
+    how += " on " + d.file + "'s keys ";
+    if (f.complete()) return how + "makes all " + std::to_string(f.matched) + " keys match";
+    return how + "makes " + std::to_string(f.matched) + " of " + std::to_string(d.reference_keys) + " match (" +
+           std::to_string(f.missing) + " still missing, " + std::to_string(f.unexpected) + " unexpected, " +
+           std::to_string(f.shape_mismatch) + (f.shape_mismatch == 1 ? " shape mismatch" : " shape mismatches") + ")";
+}
+}  // namespace
+
 void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, const DiffTextOptions& options) {
     Paint paint{style.color};
     auto plural = [](size_t n, const char* one, const char* many) {
@@ -337,16 +351,7 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
             << " (load_state_dict casts them; --strict-dtype counts them as a mismatch)\n";
     if (d.prefix_fix) {
         const PrefixFix& f = *d.prefix_fix;
-        std::string how;
-        if (!f.strip.empty()) how = "stripping \"" + f.strip + "\"";
-        if (!f.add.empty()) how += std::string(how.empty() ? "adding" : " and adding") + " \"" + f.add + "\"";
-        out << paint("33", "fix:") << " " << how << " on " << d.file << "'s keys ";
-        if (f.complete()) {
-            out << "makes all " << f.matched << " keys match";
-        } else {
-            out << "makes " << f.matched << " of " << d.reference_keys << " match (" << f.missing << " still missing, "
-                << f.unexpected << " unexpected, " << plural(f.shape_mismatch, "shape mismatch", "shape mismatches") << ")";
-        }
+        out << paint("33", "fix:") << " " << fix_text(d, f);
         out << (f.command.empty() ? "\n" : ":\n  " + paint("1", f.command) + "\n");
     }
     // When a prefix fix explains the lists, a few rows show the pattern; the rest is noise.
@@ -366,6 +371,26 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
     rows.clear();
     for (const auto& s : d.dtype_mismatch) rows.push_back(s.key + ": " + s.dtype + " vs " + s.reference_dtype);
     list("dtype mismatch", rows, d.strict_dtype ? "31" : "2");
+}
+
+std::vector<Annotation> github_annotations(const KeyDiff& d) {
+    std::vector<Annotation> out;
+    if (d.prefix_fix) {
+        const PrefixFix& f = *d.prefix_fix;
+        out.push_back({"notice", d.file, "diff-keys: prefix fix", fix_text(d, f) + (f.command.empty() ? "" : ": " + f.command)});
+    }
+    for (const auto& k : d.missing)
+        out.push_back({"error", d.file, "diff-keys: missing key", k + ": in " + d.reference + ", not in " + d.file});
+    for (const auto& k : d.unexpected)
+        out.push_back({"error", d.file, "diff-keys: unexpected key", k + ": in " + d.file + ", not in " + d.reference});
+    for (const auto& s : d.shape_mismatch)
+        out.push_back({"error", d.file, "diff-keys: shape mismatch",
+                       s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference"});
+    // Without --strict-dtype a dtype difference does not change the exit code (load_state_dict casts).
+    for (const auto& s : d.dtype_mismatch)
+        out.push_back({d.strict_dtype ? "error" : "warning", d.file, "diff-keys: dtype mismatch",
+                       s.key + ": " + s.dtype + " vs " + s.reference_dtype + " in the reference"});
+    return out;
 }
 
 }  // namespace ckpt

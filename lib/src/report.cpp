@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <ostream>
 #include <string_view>
 
 #ifndef CKPT_VERSION
@@ -103,6 +104,57 @@ std::string strip_prefix_command(const std::string& file, const std::string& sta
     for (const auto& p : strip) cmd += " --prefix " + shell_quote(p);
     if (!add.empty()) cmd += " --add-prefix " + shell_quote(add);
     return cmd + " -o " + shell_quote(repaired_path(file));
+}
+
+std::string github_escape(std::string_view s, bool property) {
+    std::string out;
+    out.reserve(s.size());
+    for (char ch : s) {
+        if (ch == '%') out += "%25";
+        else if (ch == '\r') out += "%0D";
+        else if (ch == '\n') out += "%0A";
+        else if (property && ch == ':') out += "%3A";
+        else if (property && ch == ',') out += "%2C";
+        else out += ch;
+    }
+    return out;
+}
+
+std::string github_command(const Annotation& a) {
+    std::string cmd = "::" + a.level;
+    const char* sep = " ";
+    for (const auto& [name, value] : {std::pair{"file", &a.file}, std::pair{"title", &a.title}}) {
+        if (value->empty()) continue;
+        cmd += sep + std::string(name) + "=" + github_escape(*value, true);
+        sep = ",";
+    }
+    return cmd + "::" + github_escape(a.message, false);
+}
+
+void render_github(const std::vector<Annotation>& annotations, const std::string& command, std::ostream& out, size_t cap) {
+    auto finding = [](const Annotation& a) { return a.level == "error" || a.level == "warning"; };
+    size_t errors = 0, warnings = 0, left_out = 0;
+    for (size_t i = 0; i < annotations.size(); ++i) {
+        errors += annotations[i].level == "error";
+        warnings += annotations[i].level == "warning";
+        if (i < cap) out << github_command(annotations[i]) << "\n";
+        else left_out += finding(annotations[i]);
+    }
+    auto count = [](size_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+    if (left_out) {
+        std::string file = annotations[cap].file;
+        for (size_t i = cap; i < annotations.size(); ++i)
+            if (annotations[i].file != file) file.clear();
+        out << github_command({"warning", file, "ckpt-tool: more findings",
+                               count(left_out, "more finding") + " not annotated (at most " + std::to_string(cap) +
+                                   " annotations a run): run ckpt-tool " + command + " with --json for all"})
+            << "\n";
+    }
+    out << "ckpt-tool " << command << ": ";
+    if (!errors && !warnings) out << "no findings";
+    else out << count(errors, "error") << ", " << count(warnings, "warning");
+    if (left_out) out << ", " << left_out << " not annotated (--json lists all)";
+    out << "\n";
 }
 
 }  // namespace ckpt

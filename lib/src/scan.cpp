@@ -335,4 +335,19 @@ void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style)
     }
 }
 
+std::vector<Annotation> github_annotations(const ScanReport& r, bool strict) {
+    std::vector<Annotation> out;
+    for (const auto& f : r.findings) {
+        bool dangerous = f.severity == GlobalClass::dangerous;
+        std::string kind = f.kind;
+        std::replace(kind.begin(), kind.end(), '_', ' ');
+        std::string message = f.message;  // a global's names it first: "os.system would run code …"
+        if (!f.record.empty()) message += " (" + f.record + ", byte " + std::to_string(f.offset) + ")";
+        out.push_back({dangerous || strict ? "error" : "warning", r.file,
+                       std::string("scan: ") + (dangerous ? "dangerous " : "unknown ") + kind, message});
+    }
+    return out;
+}
+
 }  // namespace ckpt
+

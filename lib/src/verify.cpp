@@ -365,4 +365,24 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
             << shell_quote(*r.reference) << "` finds the prefix change that fixes them\n";
 }
 
+namespace {
+// "verify: NaN", "verify: CRC mismatch" …: the finding's kind in words (index_* and other kinds of
+// Checkpoint::problems() with their underscores as spaces).
+std::string finding_title(const std::string& kind) {
+    static const std::unordered_map<std::string, const char*> words = {
+        {"crc_mismatch", "CRC mismatch"}, {"nan", "NaN"}, {"inf", "Inf"}, {"missing", "missing tensor"},
+        {"extra", "extra tensor"}, {"changed", "changed tensor"}};
+    auto it = words.find(kind);
+    std::string title = it != words.end() ? it->second : kind;
+    std::replace(title.begin(), title.end(), '_', ' ');
+    return "verify: " + title;
+}
+}  // namespace
+
+std::vector<Annotation> github_annotations(const VerifyReport& r) {
+    std::vector<Annotation> out;
+    for (const auto& f : r.findings) out.push_back({"error", r.file, finding_title(f.kind), f.message});
+    return out;
+}
+
 }  // namespace ckpt

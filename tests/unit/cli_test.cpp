@@ -36,6 +36,19 @@ TEST_CASE("cli: usage errors exit 2 and suggest the command meant") {
     CHECK(bad.err.find("--bogus") != std::string::npos);
     CHECK(bad.err.find("Did you mean") == std::string::npos);
     CHECK(run_tool({"diff-keys", "only-one.pth"}).exit_code == 2);
+    // --json is --format json: with another --format it is a usage error, before any file is read.
+    for (const char* cmd : {"diff-keys", "verify", "scan"}) {
+        INFO(cmd);
+        std::vector<std::string> args = {cmd, "/nonexistent/a.pth"};
+        if (std::string(cmd) == "diff-keys") args.push_back("/nonexistent/b.pth");
+        args.insert(args.end(), {"--json", "--format", "github"});
+        auto both = run_tool(args);
+        CHECK(both.exit_code == 2);
+        CHECK(both.out.empty());
+        CHECK(both.err == "ckpt-tool: error: --json and --format github contradict each other\n");
+        args.back() = "yaml";
+        CHECK(run_tool(args).exit_code == 2);
+    }
 }
 
 TEST_CASE("cli: every command has help with examples") {

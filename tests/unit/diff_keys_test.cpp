@@ -60,3 +60,40 @@ TEST_CASE("diff-keys: shapes and dtypes, --ignore and --strict-dtype") {
     CHECK(ignored.ignored == 1);
     CHECK_FALSE(diff_keys(a, b, {{"w"}, true}).match());
 }
+
+TEST_CASE("diff-keys: --format github annotations, the fix first, dtype a warning unless --strict-dtype") {
+    KeySet a = keys({"module.w", "module.b", "module.x,1:%\n"}, "checkpoint");
+    a.path = "ckpt.pth";
+    KeySet b = keys({"w", "b", "y"});
+    b.path = "ref.json";
+    KeyDiff d = diff_keys(a, b, {});
+    std::vector<Annotation> g = github_annotations(d);
+    REQUIRE(g.size() == 1 + 3 + 3);  // the fix; 3 missing, 3 unexpected as the keys are
+    CHECK(g[0].level == "notice");
+    CHECK(g[0].title == "diff-keys: prefix fix");
+    CHECK(g[0].message.find("stripping \"module.\" on ckpt.pth's keys makes 2 of 3 match") == 0);
+    CHECK(g[0].message.find(": ckpt-tool strip-prefix ckpt.pth -o ckpt_stripped.pth") != std::string::npos);
+    CHECK(g[1].level == "error");
+    CHECK(g[1].file == "ckpt.pth");
+    CHECK(g[1].title == "diff-keys: missing key");
+    CHECK(g[1].message == "w: in ref.json, not in ckpt.pth");
+    CHECK(g[6].title == "diff-keys: unexpected key");
+    CHECK(g[6].message == "module.x,1:%\n: in ckpt.pth, not in ref.json");
+
+    KeySet c = keys({"w", "b"});
+    c.path = "c.pth";
+    c.keys[0].shape = std::vector<int64_t>{3, 4};
+    c.keys[1].dtype = "float16";
+    KeySet r = keys({"w", "b"});
+    r.path = "r.pth";
+    g = github_annotations(diff_keys(c, r, {}));
+    REQUIRE(g.size() == 2);
+    CHECK(g[0].title == "diff-keys: shape mismatch");
+    CHECK(g[0].message == "w: 3×4 vs 2 in the reference");
+    CHECK(g[1].level == "warning");
+    CHECK(g[1].title == "diff-keys: dtype mismatch");
+    CHECK(g[1].message == "b: float16 vs float32 in the reference");
+    g = github_annotations(diff_keys(c, r, {{}, true}));
+    REQUIRE(g.size() == 2);
+    CHECK(g[1].level == "error");
+}

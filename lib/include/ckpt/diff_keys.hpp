@@ -12,6 +12,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/inspect.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 
@@ -85,5 +86,9 @@ struct DiffTextOptions {
     bool all = false;  // every row of every list
 };
 void render_text(const KeyDiff& diff, std::ostream& out, const TextStyle& style, const DiffTextOptions& options = {});
+// `--format github`: a notice with the prefix fix (and its command) first, then one annotation per
+// missing, unexpected, shape-mismatched and dtype-mismatched key (dtype: a warning without
+// strict_dtype), on `diff.file`; every row, render_github applies the cap.
+std::vector<Annotation> github_annotations(const KeyDiff& diff);
 
 }  // namespace ckpt

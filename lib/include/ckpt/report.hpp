@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,5 +48,32 @@ std::string shell_quote(const std::string& s);
 // default wrapper prefixes), then adds `add`; writes beside the input as NAME_stripped.EXT.
 std::string strip_prefix_command(const std::string& file, const std::string& state_dict_path,
                                  const std::vector<std::string>& strip, const std::string& add);
+
+// GitHub Actions workflow commands (`--format github`): `::error file=F,title=T::MESSAGE`.
+//
+// `s` escaped as GitHub's toolkit escapes it (actions/toolkit, packages/core/src/command.ts): `%`,
+// CR and LF become `%25`, `%0D`, `%0A`; in a property value (`property`: file, title) `:` and `,`
+// too (`%3A`, `%2C`), which would otherwise end the value.
+std::string github_escape(std::string_view s, bool property);
+
+// One annotation: `level` is "error" (a finding that makes exit 1), "warning" (one that does not) or
+// "notice" (advice, such as diff-keys' prefix fix); `file` the path as the user gave it.
+struct Annotation {
+    std::string level, file, title, message;
+};
+
+// "::LEVEL file=F,title=T::MESSAGE", escaped; an empty property is left out, as the toolkit does.
+std::string github_command(const Annotation& a);
+
+// GitHub shows only the first annotations of a step anyway; past the cap a run says how many more.
+constexpr size_t k_github_annotation_cap = 50;
+
+// The annotations of one command run, one workflow command a line, in order: at most `cap` of them;
+// when there are more, one ::warning saying how many findings were left out (file: theirs when they
+// all have one) and to run with --json for all; then one plain summary line, not a workflow command:
+// "ckpt-tool COMMAND: no findings", "ckpt-tool COMMAND: E errors, W warnings" (annotations by level),
+// and past the cap ", N not annotated (--json lists all)".
+void render_github(const std::vector<Annotation>& annotations, const std::string& command, std::ostream& out,
+                   size_t cap = k_github_annotation_cap);
 
 }  // namespace ckpt

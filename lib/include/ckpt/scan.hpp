@@ -19,6 +19,7 @@
 
 #include "ckpt/globals.hpp"
 #include "ckpt/inspect.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 
@@ -59,5 +60,9 @@ ScanReport scan_file(const std::string& path);
 
 nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict);
 void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style);
+// `--format github`: one annotation per finding, on `r.file`: ::error for a dangerous one, and for an
+// unknown one with `strict` (both make exit 1), ::warning for an unknown one without it ("scan:
+// dangerous global", "scan: unknown polyglot" …); render_github applies the cap.
+std::vector<Annotation> github_annotations(const ScanReport& r, bool strict);
 
 }  // namespace ckpt

@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/inspect.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 
@@ -76,5 +77,8 @@ std::vector<Finding> check_optimizers(const Checkpoint& c);
 
 nlohmann::json to_json(const VerifyReport& r);
 void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style);
+// `--format github`: one ::error per finding (every finding makes exit 1), on `r.file`, in the
+// report's order (integrity first, then drift worst first); render_github applies the cap.
+std::vector<Annotation> github_annotations(const VerifyReport& r);
 
 }  // namespace ckpt
