@@ -228,6 +228,15 @@ def test_generator(s, fake_dir):
     same(s, complete("check", "--all", "out/", cwd=fake_dir), ["out/o.txt", "out/reports"], "fake: a flag with Excludes:")
     same(s, complete("check", "--twentyseven-chars-xy", "out/", cwd=fake_dir), ["out/o.txt", "out/reports"],
          "fake: a left column of 27 characters")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "cli_docs.py"), "man-include", "--tool", tool,
+                        "-o", os.path.join(fake_dir, "fake.h2m")], capture_output=True, text=True)
+    if s.check(r.returncode == 0, "cli_docs.py man-include on the fake tool: %s" % r.stderr):
+        with open(os.path.join(fake_dir, "fake.h2m")) as f:
+            h2m = f.read()
+        for want in ("[ckpt-tool check]", "\\fB\\-\\-format\\fR \\fITEXT:{text,json,sarif}=text\\fR\nReport format",
+                     "\\fB\\-\\-twentyseven\\-chars\\-xy\\fR \\fITEXT\\fR\nA value", "ckpt\\-tool check x.pth \\-\\-format json"):
+            s.check(want in h2m, "fake man include lacks %r" % want)
+
 
 class Pty:
     def __init__(self, cwd):
