@@ -20,7 +20,7 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     ckpt::ConvertRequest& r = a->request;
     sub.add_option("IN", r.input, "Checkpoint to convert (never modified)")->required();
     sub.add_option("-o,--output", r.output, "The file to write")->required();
-    sub.add_option("--to", r.to, "safetensors or pth (default: from OUT's extension)");
+    sub.add_option("--to", r.to, "safetensors|pth: the format to write (default: from OUT's extension)");
     sub.add_option("--metadata", a->metadata, "K=V added to the safetensors __metadata__ (repeatable; the input's own is carried)");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
     sub.add_option("--dtype", a->dtype,
