@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 PY := /usr/bin/python3
-DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man
+DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
 
 .PHONY: all deps build test demo bench clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
