@@ -37,7 +37,7 @@ Runner setup_inspect(CLI::App& sub, const GlobalOptions& global) {
         options.all = a->all;
         ckpt::InspectReport report = ckpt::inspect(*c, options);
         if (a->json) {
-            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            ckpt::write_json(report, std::cout);
         } else {
             ckpt::render_text(report, std::cout, {global.color_enabled()});
         }

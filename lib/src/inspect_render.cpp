@@ -1,6 +1,8 @@
 // The two renderings of an inspect report. The JSON shape is documented in docs/schema/.
 #include <algorithm>
 #include <ostream>
+#include <stdexcept>
+#include <string_view>
 
 #include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
@@ -18,7 +20,10 @@ nlohmann::json totals_json(const Totals& t) {
 
 }  // namespace
 
-nlohmann::json to_json(const InspectReport& r) {
+namespace {
+
+// Everything but the elements of "tensors" and "storages", which `with_arrays` leaves empty.
+nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     const Checkpoint& c = *r.checkpoint;
     nlohmann::json j;
     j["schema_version"] = k_schema_version;
@@ -55,6 +60,7 @@ nlohmann::json to_json(const InspectReport& r) {
 
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& row : r.tensors) {
+        if (!with_arrays) break;
         if (!r.listed(row)) continue;
         const TensorInfo& t = c.tensors()[row.tensor];
         const StorageInfo& s = c.storages()[t.storage];
@@ -78,7 +84,7 @@ nlohmann::json to_json(const InspectReport& r) {
 
     nlohmann::json storages = nlohmann::json::array();
     for (const auto& s : c.storages())
-        storages.push_back({{"key", s.key},
+        if (with_arrays) storages.push_back({{"key", s.key},
                             {"dtype", dtype_name(s.dtype)},
                             {"numel", s.numel},
                             {"nbytes", s.nbytes()},
@@ -121,6 +127,145 @@ nlohmann::json to_json(const InspectReport& r) {
                    {"all", totals_json(r.all_totals)},
                    {"storage_bytes", r.storage_bytes}};
     return j;
+}
+
+// Writes JSON values exactly as nlohmann's dump(2) lays them out, at a given depth.
+class JsonOut {
+public:
+    explicit JsonOut(std::ostream& out) : m_out(out) {}
+    void string(std::string_view s) {
+        bool plain = true;
+        for (unsigned char ch : s) plain = plain && ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+        if (plain) {
+            m_buf += '"';
+            m_buf += s;
+            m_buf += '"';
+        } else {  // escapes and UTF-8 repair: nlohmann's own
+            m_buf += nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        }
+    }
+    void number(uint64_t v) { m_buf += std::to_string(v); }
+    void number(int64_t v) { m_buf += std::to_string(v); }
+    void boolean(bool b) { m_buf += b ? "true" : "false"; }
+    void null() { m_buf += "null"; }
+    void raw(std::string_view s) { m_buf += s; }
+    void newline(int depth) {
+        m_buf += '\n';
+        m_buf.append(2 * static_cast<size_t>(depth), ' ');
+    }
+    // `"name": ` on a line of its own at `depth`, after a comma unless it is the first.
+    void key(const char* name, int depth, bool first = false) {
+        if (!first) m_buf += ',';
+        newline(depth);
+        m_buf += '"';
+        m_buf += name;
+        m_buf += "\": ";
+    }
+    void ints(const std::vector<int64_t>& v, int depth) {
+        if (v.empty()) return raw("[]");
+        m_buf += '[';
+        for (size_t n = 0; n < v.size(); ++n) {
+            if (n) m_buf += ',';
+            newline(depth + 1);
+            number(v[n]);
+        }
+        newline(depth);
+        m_buf += ']';
+    }
+    void flush_if_full() {
+        if (m_buf.size() > (1u << 16)) flush();
+    }
+    void flush() {
+        m_out.write(m_buf.data(), static_cast<std::streamsize>(m_buf.size()));
+        m_buf.clear();
+    }
+
+private:
+    std::ostream& m_out;
+    std::string m_buf;
+};
+
+// The elements of the "tensors" array (depth 1 inside the report) as to_json builds them.
+void write_tensors(const InspectReport& r, JsonOut& o) {
+    const Checkpoint& c = *r.checkpoint;
+    bool first = true;
+    for (const auto& row : r.tensors) {
+        if (!r.listed(row)) continue;
+        const TensorInfo& t = c.tensors()[row.tensor];
+        const StorageInfo& s = c.storages()[t.storage];
+        o.raw(first ? "[" : ",");
+        first = false;
+        o.newline(2);
+        o.raw("{");
+        o.key("contiguous", 3, true), o.boolean(t.contiguous());
+        o.key("dtype", 3), o.string(dtype_name(t.dtype));
+        o.key("key", 3), o.string(row.key);
+        o.key("nbytes", 3), o.number(t.nbytes());
+        o.key("numel", 3), o.number(t.numel);
+        o.key("parameter", 3), o.boolean(t.is_parameter);
+        o.key("requires_grad", 3), o.boolean(t.requires_grad);
+        o.key("shape", 3), o.ints(t.shape, 3);
+        o.key("shared", 3), o.boolean(row.shared);
+        o.key("state_dict_key", 3);
+        if (row.name) o.string(*row.name);
+        else o.null();
+        o.key("storage", 3), o.string(s.key);
+        o.key("storage_offset", 3), o.number(t.storage_offset);
+        o.key("stride", 3), o.ints(t.stride, 3);
+        if (!t.subclass.empty()) o.key("subclass", 3), o.string(t.subclass);
+        o.newline(2);
+        o.raw("}");
+        o.flush_if_full();
+    }
+    if (first) return o.raw("[]");
+    o.newline(1);
+    o.raw("]");
+}
+
+void write_storages(const InspectReport& r, JsonOut& o) {
+    bool first = true;
+    for (const auto& s : r.checkpoint->storages()) {
+        o.raw(first ? "[" : ",");
+        first = false;
+        o.newline(2);
+        o.raw("{");
+        o.key("dtype", 3, true), o.string(dtype_name(s.dtype));
+        o.key("key", 3), o.string(s.key);
+        o.key("location", 3), o.string(s.location);
+        o.key("nbytes", 3), o.number(s.nbytes());
+        o.key("numel", 3), o.number(s.numel);
+        o.key("record", 3), o.string(s.record);
+        o.newline(2);
+        o.raw("}");
+        o.flush_if_full();
+    }
+    if (first) return o.raw("[]");
+    o.newline(1);
+    o.raw("]");
+}
+
+}  // namespace
+
+nlohmann::json to_json(const InspectReport& r) { return report_json(r, true); }
+
+void write_json(const InspectReport& r, std::ostream& out) {
+    // The document without the two arrays, then each array written where its empty "[]" stands.
+    // Keys are sorted, and a line break followed by two spaces only ever starts a top-level key
+    // (line breaks inside strings are escaped).
+    std::string text = report_json(r, false).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string storages = "\n  \"storages\": []", tensors = "\n  \"tensors\": []";
+    size_t at_storages = text.find(storages), at_tensors = text.find(tensors);
+    if (at_storages == std::string::npos || at_tensors == std::string::npos || at_tensors < at_storages)
+        throw std::logic_error("inspect JSON without its tensors and storages arrays");
+    JsonOut o(out);
+    o.raw(std::string_view(text).substr(0, at_storages + storages.size() - 2));
+    write_storages(r, o);
+    size_t after = at_storages + storages.size();
+    o.raw(std::string_view(text).substr(after, at_tensors + tensors.size() - 2 - after));
+    write_tensors(r, o);
+    o.raw(std::string_view(text).substr(at_tensors + tensors.size()));
+    o.raw("\n");
+    o.flush();
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <sstream>
+
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/inspect.hpp"
@@ -132,4 +134,53 @@ TEST_CASE("checkpoint: files that are not torch zips say what they are") {
         CHECK(e.path().find("t.pth") != std::string::npos);
         CHECK(e.kind() == ErrorKind::format);
     }
+}
+
+TEST_CASE("inspect: write_json streams the same text as the document's dump") {
+    // Keys that need escaping (quote, backslash, newline, a control byte, non-ASCII), a scalar
+    // tensor (empty shape), a key filter, objects and an optimizer-free training checkpoint.
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    p.str("model").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("a\"b\\c").tensor("FloatStorage", "0", 6, 0, {2, 3}, {3, 1});
+    p.str("line\nbreak\x01").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.str("gr\xc3\xb6\xc3\x9f" "e \xe2\x9c\x93").tensor("FloatStorage", "0", 6, 2, {}, {});
+    p.str("plain.weight").tensor("FloatStorage", "1", 3, 1, {1, 2}, {2, 1});
+    p.str("say \"hi\"").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.str("back\\slash").tensor("FloatStorage", "1", 3, 0, {3}, {1});
+    p.setitems();
+    p.str("epoch").integer(3);
+    p.str("note").str("tab\there \"quoted\"");
+    p.setitems().stop();
+    auto c = open_bytes("escapes.pth", testing::torch_zip("escapes", p.bytes(), {{"0", floats(6)}, {"1", floats(3)}}));
+    auto dumped = [](const InspectReport& r) {
+        return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    };
+    auto streamed = [](const InspectReport& r) {
+        std::ostringstream out;
+        write_json(r, out);
+        return out.str();
+    };
+    InspectReport all = inspect(*c, {});
+    REQUIRE(all.tensors.size() == 6);
+    CHECK(streamed(all) == dumped(all));
+    InspectOptions some;
+    some.key_globs = {"plain.*"};
+    InspectReport filtered = inspect(*c, some);
+    CHECK(streamed(filtered) == dumped(filtered));
+    InspectOptions none;
+    none.key_globs = {"nothing"};
+    InspectReport empty = inspect(*c, none);
+    CHECK(streamed(empty) == dumped(empty));
+    CHECK(streamed(empty).find("\"tensors\": []") != std::string::npos);
+    // The training checkpoint of the tests above, and a file without tensors at all.
+    auto t = open_bytes("train2.pth", testing::torch_zip("train2", training_pickle(), {{"0", floats(6)}, {"1", floats(3)}}));
+    InspectReport tr = inspect(*t, {});
+    CHECK(streamed(tr) == dumped(tr));
+    PickleBuilder q;
+    q.proto(2).empty_dict().str("epoch").integer(7).setitem().stop();
+    auto n = open_bytes("none.pth", testing::torch_zip("none", q.bytes(), {}));
+    InspectReport nr = inspect(*n, {});
+    CHECK(streamed(nr) == dumped(nr));
+    CHECK(streamed(nr).find("\"storages\": []") != std::string::npos);
 }
