@@ -55,6 +55,7 @@ std::string_view ValueArena::own(std::string_view text) {
 }
 
 Value* ValueArena::integer(int64_t v, uint64_t offset) {
+    if (v >= 0 && v < k_small_ints) return &m_small_ints[v];
     Value* out = make(ValueKind::integer, offset);
     out->i = v;
     return out;

@@ -66,7 +66,9 @@ struct Value {
 // own (a std::deque<Value> allocated every second value: 13% of inspect on 100,000 tensors).
 class ValueArena {
 public:
-    explicit ValueArena(uint64_t max_values = 20'000'000) : m_max(max_values) {}
+    explicit ValueArena(uint64_t max_values = 20'000'000) : m_max(max_values) {
+        for (int n = 0; n < k_small_ints; ++n) m_small_ints[n] = make_constant(ValueKind::integer, n);
+    }
     ValueArena(const ValueArena&) = delete;
     ValueArena& operator=(const ValueArena&) = delete;
 
@@ -77,6 +79,9 @@ public:
 
     Value* none() { return &m_none; }
     Value* boolean(bool b) { return b ? &m_true : &m_false; }
+    // Ints 0..255 are shared constants (offset 0), as none and the booleans are: the VM never
+    // changes an int (BUILD on one is refused), and a tensor's sizes, strides and offset are
+    // mostly such ints (6 of the 18 values a tensor made).
     Value* integer(int64_t v, uint64_t offset);
     uint64_t count() const { return m_count; }
 
@@ -96,6 +101,8 @@ private:
     Value m_none = make_constant(ValueKind::none, 0);
     Value m_true = make_constant(ValueKind::boolean, 1);
     Value m_false = make_constant(ValueKind::boolean, 0);
+    static constexpr int k_small_ints = 256;
+    Value m_small_ints[k_small_ints];
 };
 
 // Python-like text of a value, cut to about `max_chars` (with "…"); never recurses deeper than
