@@ -326,7 +326,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         size_t wk = 3, wd = 5, ws = 5;
         for (const auto* row : rows) {
             const TensorInfo& t = c.tensors()[row->tensor];
-            wk = std::max(wk, width(by_name ? *row->name : row->key) + (row->shared ? 2 : 0));
+            wk = std::max(wk, width(std::string(by_name ? *row->name : row->key)) + (row->shared ? 2 : 0));
             wd = std::max(wd, dtype_name(t.dtype).size());
             ws = std::max(ws, width(shape_text(t.shape)));
         }
@@ -340,7 +340,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         bool any_shared = false;
         auto line = [&](const TensorRow* row) {
             const TensorInfo& t = c.tensors()[row->tensor];
-            std::string k = (by_name ? *row->name : row->key) + (row->shared ? " *" : "");
+            std::string k = std::string(by_name ? *row->name : row->key) + (row->shared ? " *" : "");
             any_shared = any_shared || row->shared;
             out << "  " << pad(k, wk) << "  " << pad(std::string(dtype_name(t.dtype)), wd) << "  "
                 << pad(shape_text(t.shape), ws) << "  " << human_bytes(t.nbytes()) << "\n";

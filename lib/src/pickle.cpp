@@ -204,7 +204,8 @@ private:
         if (fresh && ++m_memo_count > m_limits.max_memo)
             limit("memo grows past " + std::to_string(m_limits.max_memo) + " entries");
         if (dense) {
-            if (index >= m_memo_dense.size()) m_memo_dense.resize(index + 1, nullptr);
+            if (index == m_memo_dense.size()) m_memo_dense.push_back(nullptr);  // the usual next index
+            else if (index > m_memo_dense.size()) m_memo_dense.resize(index + 1, nullptr);
             m_memo_dense[index] = v;
         } else {
             m_memo[index] = v;

@@ -8,19 +8,11 @@ namespace {
 
 bool is_int(const Value* v) { return v->kind == ValueKind::integer || v->kind == ValueKind::boolean; }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t n = 0; n < shape.size(); ++n) {
-        if (n) s += ", ";
-        s += std::to_string(shape[n]);
-    }
-    return s + "]";
-}
-
 // A tuple of ints (a torch.Size is a tuple too).
 bool int_tuple(const Value* v, std::vector<int64_t>& out) {
     if (v->kind != ValueKind::tuple && v->kind != ValueKind::list) return false;
     out.clear();
+    out.reserve(v->items.size());
     for (const Value* i : v->items) {
         if (i->kind != ValueKind::integer) return false;
         out.push_back(i->i);
@@ -113,8 +105,9 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     Value* v = m_arena.make(ValueKind::storage, offset);
     v->i = static_cast<int64_t>(m_storages.size());
     v->raw = pid;
-    v->s = m_arena.own(std::string(dtype_name(s.dtype)) + ", " + std::to_string(s.numel) +
-                       " elements, key " + std::string(k));
+    std::string& text = m_scratch;  // one buffer for every storage's text: no allocation each
+    text.assign(dtype_name(s.dtype)).append(", ").append(std::to_string(s.numel)).append(" elements, key ").append(k);
+    v->s = m_arena.own(text);
     m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
     m_storage_values.resize(m_storages.size());
@@ -126,7 +119,10 @@ Value* TorchHooks::tensor_value(TensorInfo info, Value* raw) {
     Value* v = m_arena.make(ValueKind::tensor, raw->offset);
     v->i = static_cast<int64_t>(m_tensors.size());
     v->raw = raw;
-    v->s = m_arena.own(std::string(dtype_name(info.dtype)) + shape_text(info.shape));
+    std::string& text = m_scratch;
+    text.assign(dtype_name(info.dtype)).append("[");
+    for (size_t n = 0; n < info.shape.size(); ++n) text.append(n ? ", " : "").append(std::to_string(info.shape[n]));
+    v->s = m_arena.own(text.append("]"));
     m_tensors.push_back(std::move(info));
     return v;
 }

@@ -35,6 +35,7 @@ private:
     std::vector<Problem>& m_problems;
     std::string m_record;
     std::unordered_map<std::string, size_t> m_global_index;
+    std::string m_scratch;
     StringIndex m_storage_by_key;        // storage key → position in m_storages
     std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
 };

@@ -4,6 +4,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,8 +19,10 @@ struct InspectOptions {
 };
 
 struct TensorRow {
-    std::string key;                    // dotted path from the root
-    std::optional<std::string> name;    // its name in the state dict, when it is in it
+    // Views of the checkpoint's own strings (Entry::key, StateDictEntry::name): a report lives no
+    // longer than the checkpoint it points at.
+    std::string_view key;                    // dotted path from the root
+    std::optional<std::string_view> name;    // its name in the state dict, when it is in it
     size_t tensor = 0;                  // index into Checkpoint::tensors
     bool shared = false;                // its storage is viewed by another tensor too
 };
