@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -201,8 +202,58 @@ void write_all(int fd, const void* data, size_t size, uint64_t offset, const std
     }
 }
 
+namespace {
+
+// The bytes of [offset, offset + size) that are data, as (begin, end) ranges; a filesystem without
+// SEEK_DATA answers with the whole range.
+std::vector<std::pair<uint64_t, uint64_t>> data_ranges(int fd, uint64_t offset, uint64_t size) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    uint64_t end = offset + size;
+    for (uint64_t at = offset; at < end;) {
+        off_t data = ::lseek(fd, static_cast<off_t>(at), SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO) break;  // only a hole from here to the end of the file
+            return {{offset, end}};     // not supported here: copy everything
+        }
+        if (static_cast<uint64_t>(data) >= end) break;
+        off_t hole = ::lseek(fd, data, SEEK_HOLE);
+        if (hole < 0) return {{offset, end}};
+        uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), end);
+        out.emplace_back(static_cast<uint64_t>(data), stop);
+        at = stop;
+    }
+    return out;
+}
+
+void copy_data(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
+               const std::string& path);
+
+}  // namespace
+
 void copy_range(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
                 const std::string& path) {
+    if (size == 0) return;
+    struct stat st {};
+    if (::fstat(in_fd, &st) != 0) io_fail(path, "cannot stat the input while copying", errno);
+    // A file with fewer blocks than bytes has holes; most checkpoints have none, and skip the search.
+    bool sparse = static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size);
+    if (!sparse) return copy_data(in_fd, in_offset, out_fd, out_offset, size, path);
+    if (in_offset + size > static_cast<uint64_t>(st.st_size))
+        throw Error(ErrorKind::io, path, "input ended early while copying (truncated?)");
+    for (auto [begin, end] : data_ranges(in_fd, in_offset, size))
+        copy_data(in_fd, begin, out_fd, out_offset + (begin - in_offset), end - begin, path);
+    // A hole at the end of the range: the output must still reach its end.
+    struct stat ost {};
+    if (::fstat(out_fd, &ost) != 0) io_fail(path, "cannot stat the output", errno);
+    if (static_cast<uint64_t>(ost.st_size) < out_offset + size &&
+        ::ftruncate(out_fd, static_cast<off_t>(out_offset + size)) != 0)
+        io_fail(path, "cannot extend the output", errno);
+}
+
+namespace {
+
+void copy_data(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
+               const std::string& path) {
     bool kernel = true;
     while (size > 0 && kernel) {
         loff_t in = static_cast<loff_t>(in_offset), out = static_cast<loff_t>(out_offset);
@@ -234,5 +285,7 @@ void copy_range(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, 
         size -= static_cast<uint64_t>(n);
     }
 }
+
+}  // namespace
 
 }  // namespace ckpt

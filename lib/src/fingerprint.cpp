@@ -378,16 +378,27 @@ namespace detail {
 // `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
 // the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
 TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
-                       uint32_t* crc, bool hash_only) {
+                       uint32_t* crc, bool hash_only, const std::function<void(ByteView)>& release) {
     Decoder decode = hash_only ? nullptr : decoder_for(dtype);
     size_t esz = static_cast<size_t>(dtype_size(dtype));
     Accumulator acc;
     Hasher hash;
     std::vector<double> numbers(2 * k_chunk);
+    constexpr uint64_t k_window = 64ull << 20;
+    bool windows = release && (!view || view->contiguous());  // a contiguous read only moves forward
+    const uint8_t* unreleased = nullptr;
     auto consume = [&](const uint8_t* p, size_t n) {
         if (crc) *crc = crc32_of({p, n * esz}, *crc);
         hash.update(p, n * esz);
         if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
+        if (windows) {
+            const uint8_t* end = p + n * esz;
+            if (!unreleased) unreleased = p;
+            if (static_cast<uint64_t>(end - unreleased) >= k_window) {
+                release({unreleased, static_cast<uint64_t>(end - unreleased)});
+                unreleased = end;
+            }
+        }
     };
     if (view) for_each_chunk(*view, base, esz, consume);
     else consume_contiguous(base, count, esz, consume);

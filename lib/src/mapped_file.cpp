@@ -55,6 +55,15 @@ void MappedFile::release(ByteView v) const {
     if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+void MappedFile::advise_sequential(ByteView v) const {
+    auto base = reinterpret_cast<uintptr_t>(m_data);
+    auto begin = reinterpret_cast<uintptr_t>(v.data), end = begin + v.size;
+    if (!m_data || begin < base || end > base + m_size || v.size == 0) return;
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t first = begin & ~(page - 1);
+    ::madvise(reinterpret_cast<void*>(first), end - first, MADV_SEQUENTIAL);
+}
+
 MappedFile::~MappedFile() {
     if (m_data) ::munmap(m_data, m_size);
     if (m_fd >= 0) ::close(m_fd);

@@ -63,7 +63,9 @@ private:
 // Writes all of `size` bytes at `offset`, retrying short writes; throws Error(io) naming `path`.
 void write_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path);
 // Copies `size` bytes between files (copy_file_range, falling back to read/write when the kernel
-// cannot); throws Error(io) naming `path` (the output).
+// cannot); throws Error(io) naming `path` (the output). The output range must not have been written
+// yet (a new file: it reads as zeros), so a hole of the input (SEEK_HOLE) is skipped and stays a
+// hole: a sparse checkpoint's copy costs no disk and no read of its holes.
 void copy_range(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, uint64_t size,
                 const std::string& path);
 

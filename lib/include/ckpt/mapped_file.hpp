@@ -25,6 +25,9 @@ public:
     // record keeps its resident memory bounded by what it is reading now, whatever the file's size.
     // The page cache keeps them; touching them again faults them back in.
     void release(ByteView view) const;
+    // Tells the kernel `view` (of this mapping) will be read once, front to back: more read-ahead,
+    // and its pages are the first to go under memory pressure.
+    void advise_sequential(ByteView view) const;
 
 private:
     std::string m_path;
