@@ -56,31 +56,44 @@ class TorchPickler(pickle.Pickler):
         return None
 
 
+_zero_crcs = {}
+
+
 def crc_of_zeros(n):
-    crc, zeros = 0, bytes(64 << 20)
+    if n in _zero_crcs:
+        return _zero_crcs[n]
+    crc, zeros, total = 0, bytes(64 << 20), n
     while n:
         k = min(n, len(zeros))
         crc = zlib.crc32(zeros[:k] if k < len(zeros) else zeros, crc)
         n -= k
+    _zero_crcs[total] = crc
     return crc
 
 
-def write_sparse_checkpoint(path, prefix):
-    """{prefix+'big': zeros(BIG_SHAPE), prefix+'a': arange(6) 2x3, prefix+'b': [0.5, -1, 3]}"""
+def write_sparse_checkpoint(path, prefix, bigs=(("big", BIG_SHAPE),)):
+    """{prefix+'big': zeros(BIG_SHAPE), prefix+'a': arange(6) 2x3, prefix+'b': [0.5, -1, 3]}; `bigs`
+    names other all-zero float32 tensors (key, shape) to put first (bench/scale.py: 30 GiB)."""
     small_a = torch.arange(6, dtype=torch.float32)
     small_b = torch.tensor([0.5, -1.0, 3.0])
     sd = collections.OrderedDict()
-    sd[prefix + "big"] = FakeTensor(FakeStorage("0", torch.FloatStorage, BIG_NUMEL), BIG_SHAPE)
-    sd[prefix + "a"] = FakeTensor(FakeStorage("1", torch.FloatStorage, 6), (2, 3))
-    sd[prefix + "b"] = FakeTensor(FakeStorage("2", torch.FloatStorage, 3), (3,))
+    records = [("archive/data.pkl", None, None)]
+    for key, shape in bigs:
+        numel = 1
+        for d in shape:
+            numel *= d
+        storage = str(len(records) - 1)
+        sd[prefix + key] = FakeTensor(FakeStorage(storage, torch.FloatStorage, numel), shape)
+        records.append(("archive/data/" + storage, None, numel * 4))
+    for key, t in (("a", small_a.reshape(2, 3)), ("b", small_b)):
+        storage = str(len(records) - 1)
+        sd[prefix + key] = FakeTensor(FakeStorage(storage, torch.FloatStorage, t.numel()), tuple(t.shape))
+        records.append(("archive/data/" + storage, t.numpy().tobytes(), None))
+    records.append(("archive/version", b"3\n", None))
     import io
     buf = io.BytesIO()
     TorchPickler(buf, protocol=2).dump(sd)
-    records = [("archive/data.pkl", buf.getvalue(), None),
-               ("archive/data/0", None, BIG_NUMEL * 4),
-               ("archive/data/1", small_a.numpy().tobytes(), None),
-               ("archive/data/2", small_b.numpy().tobytes(), None),
-               ("archive/version", b"3\n", None)]
+    records[0] = ("archive/data.pkl", buf.getvalue(), None)
     central = []
     with open(path, "wb") as f:
         for name, data, hole in records:

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""A checkpoint larger than this machine's memory, through every command, with the peak resident
+memory of each run.
+
+The file is torch.save's layout (as tests/integration/test_zip64.py builds it: ZIP64, tensors past
+2 GiB and 2^31 elements) and holds --gib GiB (default: 1.25 × this machine's memory) of float32
+zeros in 4 GiB tensors, plus two small tensors with values. The zeros are holes, so the file costs no
+disk; reading them still goes through the page cache page by page, as a real file's bytes would, so
+the kernel must evict as the run goes. A command holding the tensors resident would grow past
+physical memory; the peak RSS column shows that it does not.
+
+Outputs: strip-prefix and convert write next to the file (sparse as well: copies skip the holes).
+Usage: bench/scale.py --tool build/ckpt-tool [--gib N] [--dir bench/out]
+"""
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+from test_zip64 import write_sparse_checkpoint  # noqa: E402
+
+TENSOR = (32768, 32768)  # 4 GiB of float32
+
+
+def mem_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def timed(argv):
+    """(seconds, peak RSS in bytes, exit code) of one run, through GNU time."""
+    t0 = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], capture_output=True, text=True)
+    took = time.monotonic() - t0
+    rss = int(p.stderr.strip().splitlines()[-1]) * 1024
+    return took, rss, p.returncode
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--gib", type=float, default=None)
+    ap.add_argument("--dir", default=os.path.join(HERE, "out"))
+    args = ap.parse_args()
+    mem = mem_total()
+    gib = args.gib or 1.25 * mem / 2**30
+    n = max(1, int(gib // 4 + (1 if gib % 4 else 0)))
+    os.makedirs(args.dir, exist_ok=True)
+    path = os.path.join(args.dir, "scale-%dx4g.pth" % n)
+    if not os.path.exists(path):
+        write_sparse_checkpoint(path, "module.", [("layers.%d.weight" % i, TENSOR) for i in range(n)])
+    size = os.path.getsize(path)
+    fp = path + ".fp.json"
+    plain = os.path.join(args.dir, "scale-plain.pth")
+    st = os.path.join(args.dir, "scale.safetensors")
+    runs = [
+        ("inspect", [args.tool, "inspect", path]),
+        ("verify (CRC-32, NaN/Inf)", [args.tool, "verify", path]),
+        ("verify --write-fingerprint", [args.tool, "verify", path, "--write-fingerprint", fp, "-q"]),
+        ("verify against the fingerprint", [args.tool, "verify", path, fp, "--exact"]),
+        ("strip-prefix", [args.tool, "strip-prefix", path, "-o", plain, "--force"]),
+        ("diff-keys", [args.tool, "diff-keys", plain, path]),
+        ("convert to safetensors (read back and compared)", [args.tool, "convert", plain, "-o", st, "--force"]),
+    ]
+    print("machine: %s, %d cores, %.1f GiB memory; %s" % (platform.node(), os.cpu_count(), mem / 2**30,
+                                                       subprocess.run([args.tool, "--version"], capture_output=True,
+                                                                      text=True).stdout.strip()))
+    print("file: %s, %.1f GiB (%d tensors of 4 GiB, sparse), %.2f × memory\n" % (path, size / 2**30, n, size / mem))
+    print("| command | time | peak RSS | exit |")
+    print("| --- | --- | --- | --- |")
+    for name, argv in runs:
+        took, rss, rc = timed(argv)
+        print("| %s | %.1f s (%.2f GiB/s) | %.0f MiB | %d |" % (name, took, size / 2**30 / took, rss / 2**20, rc))
+    for f in (plain, st):
+        if os.path.exists(f):
+            os.remove(f)
+
+
+if __name__ == "__main__":
+    main()
