@@ -116,7 +116,7 @@ std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_
     nlohmann::ordered_json j;
     j["metadata"] = {{"total_size", total_size}};
     nlohmann::ordered_json map = nlohmann::ordered_json::object();
-    for (const auto& [name, file] : weight_map) map[name] = file;
+    for (const auto& [name, file] : weight_map) append_new_member(map, name, file);
     j["weight_map"] = map;
     std::string text = j.dump(2) + "\n";
     auto index = std::make_unique<AtomicFile>(path);
@@ -322,7 +322,7 @@ ConvertReport convert(const ConvertRequest& rq) {
             p.begin = at;
             p.end = at + t.numel * dtype_size(out_dtype(rq, t.dtype));
             at = p.end;
-            header[p.name] = {{"dtype", *safetensors_dtype_name(out_dtype(rq, t.dtype))}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}};
+            append_new_member(header, p.name, {{"dtype", *safetensors_dtype_name(out_dtype(rq, t.dtype))}, {"shape", t.shape}, {"data_offsets", {p.begin, p.end}}});
             r.cast += out_dtype(rq, t.dtype) != t.dtype;
         }
         std::string text = header.dump();

@@ -51,6 +51,14 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return s;
 }
 
+void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {
+    if (!object.is_object()) object = nlohmann::ordered_json::object();
+    auto& members = object.get_ref<nlohmann::ordered_json::object_t&>();
+    // ordered_map is a vector of pairs: its own emplace searches, the vector's appends.
+    using Base = std::vector<std::pair<const std::string, nlohmann::ordered_json>>;
+    static_cast<Base&>(members).emplace_back(std::move(key), std::move(value));
+}
+
 std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback) {
     if (!j.is_object()) return fallback;
     auto it = j.find(name);

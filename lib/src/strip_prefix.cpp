@@ -245,9 +245,10 @@ uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, 
     }
     uint64_t buffer = 8 + h.header_size;
     for (const auto& t : h.tensors)
-        header[plan.rule.key(t.name)] = {{"dtype", *safetensors_dtype_name(t.dtype)},
-                                         {"shape", t.shape},
-                                         {"data_offsets", {t.begin - buffer, t.end - buffer}}};
+        append_new_member(header, plan.rule.key(t.name),  // the plan refused renames that collide
+                          {{"dtype", *safetensors_dtype_name(t.dtype)},
+                           {"shape", t.shape},
+                           {"data_offsets", {t.begin - buffer, t.end - buffer}}});
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
     std::string prefix(8, '\0');

@@ -42,6 +42,24 @@ TEST_CASE("safetensors: a well-formed file reads with its metadata, in header or
     CHECK(h.tensors[0].begin == 8 + h.header_size);
 }
 
+TEST_CASE("safetensors: header order and metadata order are the file's, nested objects and all") {
+    // Names out of alphabetical order, metadata keys too, a metadata object that is not first, and
+    // a nested value in a tensor entry that a reader must skip (its keys are not names).
+    std::string f = file_of(R"({"z":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":{"a":1}},)"
+                            R"("__metadata__":{"zeta":"1","alpha":"2","mid":"3"},)"
+                            R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"m":{"dtype":"F32","shape":[],"data_offsets":[8,12]}})",
+                            std::string(12, '\0'));
+    SafetensorsHeader h = read_safetensors(view(f));
+    REQUIRE(h.tensors.size() == 3);
+    CHECK(h.tensors[0].name == "z");
+    CHECK(h.tensors[1].name == "a");
+    CHECK(h.tensors[2].name == "m");
+    REQUIRE(h.metadata.size() == 3);
+    CHECK(h.metadata[0].first == "zeta");
+    CHECK(h.metadata[1].first == "alpha");
+    CHECK(h.metadata[2] == std::make_pair(std::string("mid"), std::string("3")));
+}
+
 TEST_CASE("safetensors: every broken rule is refused with its own message") {
     const std::string t24 = R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
     struct Case {

@@ -41,6 +41,10 @@ std::optional<nlohmann::json> read_json_file(const std::string& path);
 // `j[name]` when `j` is an object holding a string there, `fallback` otherwise: for the optional
 // fields of files we read (nlohmann's value() throws a type_error when the field is another type).
 std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback = {});
+// Appends `key: value` to an ordered object whose keys the caller knows to be new (tensor names of
+// a header). ordered_json's operator[] searches the object first: 100,000 tensors cost 5·10^9
+// string compares that way (measured: convert of 100,000 tensors took 246 s).
+void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value);
 
 // A word for the shell: as it is when it is plain, single-quoted otherwise.
 std::string shell_quote(const std::string& s);
