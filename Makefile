@@ -4,7 +4,7 @@ JOBS ?= 2
 PY := /usr/bin/python3
 DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
 
-.PHONY: all deps build test demo bench clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
+.PHONY: all deps build test demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
 all: build
 
@@ -38,7 +38,15 @@ demo: deps build
 	$(BUILD)/ckpt-tool verify data/training.pth --write-fingerprint $(BUILD)/training.fp.json
 	$(BUILD)/ckpt-tool verify data/training.pth $(BUILD)/training.fp.json --exact
 
+# `make bench`: every command against torch and the floor, one table a command, and the targets
+# (bench/run; docs/performance.md). BENCH_ARGS=--quick for the short run (no 1 GiB file, 3 runs).
+# `make bench-detail`: the four detailed benchmarks, one a command.
+BENCH_ARGS ?=
+
 bench: deps build
+	$(PY) bench/run --tool $(BUILD)/ckpt-tool $(BENCH_ARGS)
+
+bench-detail: deps build
 	$(PY) bench/inspect_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/strip_prefix_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/verify_bench.py --tool $(BUILD)/ckpt-tool

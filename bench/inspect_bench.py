@@ -31,10 +31,12 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 
@@ -71,6 +73,14 @@ class CommandFailed(Exception):
     pass
 
 
+class CommandTimedOut(CommandFailed):
+    """A run killed by Launcher.run's timeout; .seconds is the limit."""
+
+    def __init__(self, message, seconds):
+        super().__init__(message)
+        self.seconds = seconds
+
+
 # ---------------------------------------------------------------------------------------------
 # Running one command
 
@@ -98,17 +108,35 @@ class Launcher:
         return ("peak RSS = ru_maxrss from os.wait4 (GNU time not found: values include the "
                 "~8 MiB forked copy of the bench interpreter); wall = spawn to os.wait4")
 
-    def run(self, argv):
+    def run(self, argv, timeout=None):
+        """timeout (seconds, optional): the command runs in its own session and, past it, that
+        session's process group is killed and CommandTimedOut raised."""
         with tempfile.TemporaryFile(dir=self.scratch_dir) as err, \
                 tempfile.NamedTemporaryFile("r", dir=self.scratch_dir, prefix="rss-") as rss:
             full = list(argv)
             if self.time_bin:
                 full = [self.time_bin, "-f", "%M %x", "-o", rss.name, "--"] + full
+            lock, state = threading.Lock(), {"exited": False, "killed": False}
             t0 = time.perf_counter()
             p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=err)
+                                 stderr=err, start_new_session=timeout is not None)
+            if timeout is not None:
+                def kill():
+                    with lock:  # never after the child is reaped: its pid could be reused
+                        if not state["exited"]:
+                            state["killed"] = True
+                            os.killpg(p.pid, signal.SIGKILL)  # the session started here
+                timer = threading.Timer(timeout, kill)
+                timer.start()
+                os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+                with lock:
+                    state["exited"] = True
+                timer.cancel()
             _, status, ru = os.wait4(p.pid, 0)
             wall = time.perf_counter() - t0
+            if state["killed"]:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                raise CommandTimedOut(f"{' '.join(argv)}: killed after {timeout:g} s", timeout)
             p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
             rc = p.returncode
             maxrss_kib = ru.ru_maxrss

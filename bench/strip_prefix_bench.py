@@ -60,6 +60,8 @@ PREFIX = "module."
 SPECS = {
     "small": (20, (256, 512), "20 float32 tensors of 256x512 (~10 MiB), DataParallel keys"),
     "1g": (2000, (256, 512), "2,000 float32 tensors of 256x512 (~1 GiB), DataParallel keys"),
+    # Not in the default --sizes; bench/run's DataParallel form of inspect_bench's "many".
+    "many": (100_000, (4, 4), "100,000 float32 tensors of 4x4 (many tiny records), DataParallel keys"),
 }
 
 # Runs in a child /usr/bin/python3: argv = path count dim0 dim1 seed.
