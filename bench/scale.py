@@ -63,7 +63,7 @@ def main():
     runs = [
         ("inspect", [args.tool, "inspect", path]),
         ("verify (CRC-32, NaN/Inf)", [args.tool, "verify", path]),
-        ("verify --write-fingerprint", [args.tool, "verify", path, "--write-fingerprint", fp, "-q"]),
+        ("verify --write-fingerprint", [args.tool, "-q", "verify", path, "--write-fingerprint", fp]),
         ("verify against the fingerprint", [args.tool, "verify", path, fp, "--exact"]),
         ("strip-prefix", [args.tool, "strip-prefix", path, "-o", plain, "--force"]),
         ("diff-keys", [args.tool, "diff-keys", plain, path]),
@@ -77,7 +77,8 @@ def main():
     print("| --- | --- | --- | --- |")
     for name, argv in runs:
         took, rss, rc = timed(argv)
-        print("| %s | %.1f s (%.2f GiB/s) | %.0f MiB | %d |" % (name, took, size / 2**30 / took, rss / 2**20, rc))
+        rate = " (%.2f GiB/s)" % (size / 2**30 / took) if took >= 1 else ""  # only where bytes are read
+        print("| %s | %.2f s%s | %.0f MiB | %d |" % (name, took, rate, rss / 2**20, rc))
     for f in (plain, st):
         if os.path.exists(f):
             os.remove(f)
