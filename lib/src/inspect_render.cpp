@@ -172,6 +172,23 @@ public:
         newline(depth);
         m_buf += ']';
     }
+    // An object as an element of a top-level member's array ("tensors": [{…}, …]).
+    void begin_element(bool& first) {
+        raw(first ? "[" : ",");
+        first = false;
+        newline(2);
+        raw("{");
+    }
+    void end_element() {
+        newline(2);
+        raw("}");
+        flush_if_full();
+    }
+    void end_array(bool empty) {
+        if (empty) return raw("[]");
+        newline(1);
+        raw("]");
+    }
     void flush_if_full() {
         if (m_buf.size() > (1u << 16)) flush();
     }
@@ -193,10 +210,7 @@ void write_tensors(const InspectReport& r, JsonOut& o) {
         if (!r.listed(row)) continue;
         const TensorInfo& t = c.tensors()[row.tensor];
         const StorageInfo& s = c.storages()[t.storage];
-        o.raw(first ? "[" : ",");
-        first = false;
-        o.newline(2);
-        o.raw("{");
+        o.begin_element(first);
         o.key("contiguous", 3, true), o.boolean(t.contiguous());
         o.key("dtype", 3), o.string(dtype_name(t.dtype));
         o.key("key", 3), o.string(row.key);
@@ -213,35 +227,24 @@ void write_tensors(const InspectReport& r, JsonOut& o) {
         o.key("storage_offset", 3), o.number(t.storage_offset);
         o.key("stride", 3), o.ints(t.stride, 3);
         if (!t.subclass.empty()) o.key("subclass", 3), o.string(t.subclass);
-        o.newline(2);
-        o.raw("}");
-        o.flush_if_full();
+        o.end_element();
     }
-    if (first) return o.raw("[]");
-    o.newline(1);
-    o.raw("]");
+    o.end_array(first);
 }
 
 void write_storages(const InspectReport& r, JsonOut& o) {
     bool first = true;
     for (const auto& s : r.checkpoint->storages()) {
-        o.raw(first ? "[" : ",");
-        first = false;
-        o.newline(2);
-        o.raw("{");
+        o.begin_element(first);
         o.key("dtype", 3, true), o.string(dtype_name(s.dtype));
         o.key("key", 3), o.string(s.key);
         o.key("location", 3), o.string(s.location);
         o.key("nbytes", 3), o.number(s.nbytes());
         o.key("numel", 3), o.number(s.numel);
         o.key("record", 3), o.string(s.record);
-        o.newline(2);
-        o.raw("}");
-        o.flush_if_full();
+        o.end_element();
     }
-    if (first) return o.raw("[]");
-    o.newline(1);
-    o.raw("]");
+    o.end_array(first);
 }
 
 }  // namespace
