@@ -222,8 +222,8 @@ void Checkpoint::Builder::read_safetensors_file() {
         Value* tv = c.m_arena.make(ValueKind::tensor, st.begin);
         tv->i = static_cast<int64_t>(c.m_tensors.size());
         tv->s = c.m_arena.own(std::string(dtype_name(st.dtype)));
-        root->entries.push_back(key);
-        root->entries.push_back(tv);
+        c.m_arena.append(root->entries, key);
+        c.m_arena.append(root->entries, tv);
         c.add_record({st.name, st.end - st.begin, false, 0});
         c.m_record_ranges.push_back({st.begin, st.end});
         c.m_storages.push_back(std::move(s));
@@ -280,7 +280,7 @@ bool Checkpoint::Builder::contains_tensor(const Value* v, int depth, std::unorde
         throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
     if (!path.insert(v).second) return false;  // a cycle: nothing new below
     bool found = false;
-    auto scan = [&](const std::vector<Value*>& vs) {
+    auto scan = [&](const ValueList& vs) {
         for (const Value* x : vs)
             if (!found && contains_tensor(x, depth + 1, path)) found = true;
     };

@@ -101,11 +101,13 @@ private:
         if (m_stack.size() <= mark_base()) fail("needs a value on an empty stack");
         return m_stack.back();
     }
-    std::vector<Value*> pop_mark() {
+    // The values above the last MARK, popped: a view of the stack's storage, valid until the next
+    // push (shrinking a vector keeps its storage), which every caller consumes before pushing.
+    ValueSpan pop_mark() {
         if (m_marks.empty()) fail("needs a MARK but there is none");
         size_t base = m_marks.back();
         m_marks.pop_back();
-        std::vector<Value*> items(m_stack.begin() + static_cast<long>(base), m_stack.end());
+        ValueSpan items(m_stack.data() + base, m_stack.size() - base);
         m_stack.resize(base);
         if (m_trace) {
             m_popped_pos.assign(m_push_pos.begin() + static_cast<long>(base), m_push_pos.end());
@@ -125,11 +127,11 @@ private:
         if (n > m_limits.max_container)
             limit("a container holds more than " + std::to_string(m_limits.max_container) + " items");
     }
-    Value* make_seq(ValueKind kind, std::vector<Value*> items) {
+    Value* make_seq(ValueKind kind, ValueSpan items) {
         check_size(items.size());
         Value* v = m_arena.make(kind, m_op_offset);
         for (Value* c : items) adopt(v, c);
-        v->items = std::move(items);
+        v->items = m_arena.list_of(items);
         return v;
     }
     Value* make_string(ValueKind kind, ByteView b) {
@@ -229,7 +231,7 @@ private:
     // Dict semantics: a key set again keeps its first position and takes the new value, as
     // torch.load would see it (a hostile file may repeat a key to hide a tensor).
     // `key_pos`, when tracing: where each pair's key was pushed (parallel to kv).
-    void set_items(Value* target, const std::vector<Value*>& kv, const uint64_t* key_pos = nullptr) {
+    void set_items(Value* target, ValueSpan kv, const uint64_t* key_pos = nullptr) {
         if (kv.size() % 2) fail("SETITEMS with an odd number of values");
         if (target->kind != ValueKind::dict && target->kind != ValueKind::object)
             fail("SETITEM on a " + type_name(target));
@@ -244,14 +246,14 @@ private:
                 };
                 auto [pos, fresh] = m_dict_index[target].insert(m_key, target->entries.size(), key_at);
                 if (!fresh) {
-                    target->entries[pos + 1] = kv[n + 1];
+                    target->entries.set(pos + 1, kv[n + 1]);
                     if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
                     continue;
                 }
             }
             if (key_pos) m_trace->key_sites.push_back({target, target->entries.size() / 2, kv[n], key_pos[n]});
-            target->entries.push_back(kv[n]);
-            target->entries.push_back(kv[n + 1]);
+            m_arena.append(target->entries, kv[n]);
+            m_arena.append(target->entries, kv[n + 1]);
         }
     }
     // A text that is equal for keys Python's dict treats as equal (1 == 1.0 == True), for the
@@ -276,13 +278,13 @@ private:
             default: return false;
         }
     }
-    void append_items(Value* target, const std::vector<Value*>& items) {
+    void append_items(Value* target, ValueSpan items) {
         if (target->kind != ValueKind::list && target->kind != ValueKind::object)
             fail("APPEND on a " + type_name(target));
         check_size(target->items.size() + items.size());
         for (Value* v : items) {
             adopt(target, v);
-            target->items.push_back(v);
+            m_arena.append(target->items, v);
         }
     }
 
@@ -403,7 +405,7 @@ PickleResult Machine::run() {
             case 'N': push(m_arena.none()); break;
             case 0x88: push(m_arena.boolean(true)); break;
             case 0x89: push(m_arena.boolean(false)); break;
-            case ')': push(make_seq(ValueKind::tuple, {})); break;
+            case ')': push(make_seq(ValueKind::tuple, ValueSpan())); break;
             case 't': {
                 Value* t = make_seq(ValueKind::tuple, pop_mark());
                 if (m_trace) {
@@ -413,43 +415,46 @@ PickleResult Machine::run() {
                 push(t);
                 break;
             }
-            case 0x85: { Value* a = pop(); push(make_seq(ValueKind::tuple, {a})); break; }
-            case 0x86: { Value* b = pop(); Value* a = pop(); push(make_seq(ValueKind::tuple, {a, b})); break; }
-            case 0x87: {
-                Value* c = pop(); Value* b = pop(); Value* a = pop();
-                push(make_seq(ValueKind::tuple, {a, b, c}));
+            case 0x85:
+            case 0x86:
+            case 0x87: {  // TUPLE1-3
+                Value* abc[3];
+                size_t n = op - 0x84u;
+                for (size_t k = n; k-- > 0;) abc[k] = pop();
+                push(make_seq(ValueKind::tuple, {abc, n}));
                 break;
             }
-            case ']': push(make_seq(ValueKind::list, {})); break;
+            case ']': push(make_seq(ValueKind::list, ValueSpan())); break;
             case 'l': push(make_seq(ValueKind::list, pop_mark())); break;
             case '}': push(m_arena.make(ValueKind::dict, m_op_offset)); break;
             case 'd': {
-                std::vector<Value*> kv = pop_mark();
+                ValueSpan kv = pop_mark();
                 Value* d = m_arena.make(ValueKind::dict, m_op_offset);
                 set_items(d, kv, popped_pos());
                 push(d);
                 break;
             }
-            case 0x8f: push(make_seq(ValueKind::set, {})); break;
+            case 0x8f: push(make_seq(ValueKind::set, ValueSpan())); break;
             case 0x91: push(make_seq(ValueKind::frozenset, pop_mark())); break;
             case 0x90: {
-                std::vector<Value*> items = pop_mark();
+                ValueSpan items = pop_mark();
                 Value* s = top();
                 if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
                 check_size(s->items.size() + items.size());
-                for (Value* v : items) { adopt(s, v); s->items.push_back(v); }
+                for (Value* v : items) adopt(s, v);
+                m_arena.append(s->items, items);
                 break;
             }
-            case 'a': { Value* v = pop(); append_items(top(), {v}); break; }
-            case 'e': { std::vector<Value*> items = pop_mark(); append_items(top(), items); break; }
+            case 'a': { Value* v = pop(); append_items(top(), {&v, 1}); break; }
+            case 'e': { ValueSpan items = pop_mark(); append_items(top(), items); break; }
             case 's': {
                 Value* v = pop();
                 uint64_t key_pos[2] = {m_trace && !m_push_pos.empty() ? m_push_pos.back() : 0, 0};
-                Value* k = pop();
-                set_items(top(), {k, v}, m_trace ? key_pos : nullptr);
+                Value* kv[2] = {pop(), v};
+                set_items(top(), {kv, 2}, m_trace ? key_pos : nullptr);
                 break;
             }
-            case 'u': { std::vector<Value*> kv = pop_mark(); set_items(top(), kv, popped_pos()); break; }
+            case 'u': { ValueSpan kv = pop_mark(); set_items(top(), kv, popped_pos()); break; }
             case 'c': {
                 std::string_view module = m_in.line();
                 std::string_view name = m_in.line();
@@ -475,10 +480,10 @@ PickleResult Machine::run() {
                 break;
             }
             case 'o': {
-                std::vector<Value*> items = pop_mark();
+                ValueSpan items = pop_mark();
                 if (items.empty()) fail("OBJ without a class");
                 Value* cls = items.front();
-                Value* args = make_seq(ValueKind::tuple, {items.begin() + 1, items.end()});
+                Value* args = make_seq(ValueKind::tuple, {items.begin() + 1, items.size() - 1});
                 push(make_object(MakeHow::obj, cls, args, nullptr));
                 break;
             }

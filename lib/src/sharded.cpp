@@ -112,8 +112,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
             Value* tv = c->m_arena.make(ValueKind::tensor, 0);
             tv->i = static_cast<int64_t>(tensor_base + *entry.tensor);
             tv->s = c->m_arena.own(std::string(dtype_name(c->m_tensors[tensor_base + *entry.tensor].dtype)));
-            root->entries.push_back(key);
-            root->entries.push_back(tv);
+            c->m_arena.append(root->entries, key);
+            c->m_arena.append(root->entries, tv);
             total += c->m_tensors[tensor_base + *entry.tensor].nbytes();
         }
         c->m_shards.push_back(std::move(shard));

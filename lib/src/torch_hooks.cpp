@@ -127,7 +127,7 @@ Value* TorchHooks::tensor_value(TensorInfo info, Value* raw) {
     return v;
 }
 
-Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const std::vector<Value*>& a) {
+Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const ValueList& a) {
     // _rebuild_tensor(storage, offset, size, stride)
     // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
     // _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
@@ -186,7 +186,7 @@ Value* TorchHooks::reduce(Value* made) {
     const Value* c = made->callable;
     if (c->kind != ValueKind::global) return nullptr;
     std::string_view mod = c->s, name = c->s2;
-    const std::vector<Value*>& a = made->args->items;
+    const ValueList& a = made->args->items;
     bool plain_call = made->how == MakeHow::reduce;
 
     if (mod == "collections" && name == "OrderedDict" && a.empty()) {

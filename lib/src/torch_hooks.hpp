@@ -24,7 +24,7 @@ public:
     Value* persistent_load(Value* pid, uint64_t offset) override;
 
 private:
-    Value* rebuild_tensor(Value* made, std::string_view name, const std::vector<Value*>& a);
+    Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
     Value* tensor_value(TensorInfo info, Value* raw);
     [[noreturn]] void bad(const Value* at, const std::string& what) const;
 

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <type_traits>
+
+#include <sys/mman.h>
 
 #include "ckpt/error.hpp"
 
@@ -18,20 +22,87 @@ Value* Value::get(std::string_view key) const {
     return nullptr;
 }
 
+namespace {
+constexpr size_t k_huge_page = 2u << 20;
+static_assert(std::is_trivially_destructible_v<Value>, "arena blocks are freed without running destructors");
+}
+
+void ValueArena::FreeBlock::operator()(void* p) const { std::free(p); }
+
+ValueArena::Block ValueArena::new_block(size_t bytes) {
+    void* p = nullptr;
+    if (bytes >= k_huge_page / 2) {
+        bytes = (bytes + k_huge_page - 1) / k_huge_page * k_huge_page;
+        p = std::aligned_alloc(k_huge_page, bytes);
+        // A hint: where the kernel has no huge page to give, the block is ordinary memory.
+        if (p) ::madvise(p, bytes, MADV_HUGEPAGE);
+    } else {
+        p = std::malloc(bytes);
+    }
+    if (!p) throw std::bad_alloc();
+    return Block(p);
+}
+
 Value* ValueArena::make(ValueKind kind, uint64_t offset) {
     if (m_count >= m_max)
         throw Error(ErrorKind::limit, "",
                     "pickle builds more than " + std::to_string(m_max) + " values", offset);
-    if (m_values.empty() || m_values.back().size() == m_values.back().capacity()) {
-        // 64 values first (a small pickle), doubling to 8192 (1.4 MiB) per chunk.
-        size_t n = m_values.empty() ? 64 : std::min<size_t>(m_values.back().capacity() * 2, 8192);
-        m_values.emplace_back().reserve(n);
+    if (m_value_left == 0) {
+        // 64 values first (a small pickle), doubling to a 2 MiB block.
+        m_value_block = m_value_block ? std::min(m_value_block * 2, k_huge_page / sizeof(Value)) : 64;
+        m_blocks.push_back(new_block(m_value_block * sizeof(Value)));
+        m_value_next = static_cast<Value*>(m_blocks.back().get());
+        m_value_left = m_value_block;
     }
-    Value& v = m_values.back().emplace_back();
+    Value* v = new (m_value_next++) Value();
+    --m_value_left;
     ++m_count;
-    v.kind = kind;
-    v.offset = offset;
-    return &v;
+    v->kind = kind;
+    v->offset = offset;
+    return v;
+}
+
+Value** ValueArena::slots(size_t n) {
+    constexpr size_t k_max_block = k_huge_page / sizeof(Value*);
+    if (n > m_slot_left) {
+        if (n > k_max_block / 4) {  // a long list gets a block of its own
+            m_blocks.push_back(new_block(n * sizeof(Value*)));
+            return static_cast<Value**>(m_blocks.back().get());
+        }
+        m_slot_block = m_slot_block ? std::min(m_slot_block * 2, k_max_block) : 256;
+        m_blocks.push_back(new_block(m_slot_block * sizeof(Value*)));
+        m_slot_next = static_cast<Value**>(m_blocks.back().get());
+        m_slot_left = m_slot_block;
+    }
+    Value** out = m_slot_next;
+    m_slot_next += n;
+    m_slot_left -= n;
+    return out;
+}
+
+void ValueArena::grow(ValueList& list, size_t more) {
+    constexpr uint64_t k_max = UINT32_MAX;
+    uint64_t need = static_cast<uint64_t>(list.m_size) + more;
+    if (need > k_max)
+        throw Error(ErrorKind::limit, "", "a container holds more than " + std::to_string(k_max) + " items");
+    uint64_t cap = std::min(std::max({need, static_cast<uint64_t>(list.m_cap) * 2, uint64_t{4}}), k_max);
+    Value** data = slots(static_cast<size_t>(cap));
+    if (list.m_size) std::memcpy(data, list.m_data, list.m_size * sizeof(Value*));
+    list.m_data = data;
+    list.m_cap = static_cast<uint32_t>(cap);
+}
+
+void ValueArena::append(ValueList& list, ValueSpan values) {
+    if (values.empty()) return;
+    if (list.m_cap - list.m_size < values.size()) grow(list, values.size());
+    std::memcpy(list.m_data + list.m_size, values.data, values.size() * sizeof(Value*));
+    list.m_size += static_cast<uint32_t>(values.size());
+}
+
+ValueList ValueArena::list_of(ValueSpan values) {
+    ValueList out;
+    append(out, values);
+    return out;
 }
 
 std::string_view ValueArena::own(std::string_view text) {
@@ -39,12 +110,13 @@ std::string_view ValueArena::own(std::string_view text) {
     constexpr size_t chunk = 64 * 1024;
     if (text.size() > m_text_left) {
         if (text.size() > chunk / 4) {  // a long text gets a block of its own
-            m_text.emplace_back(new char[text.size()]);
-            std::memcpy(m_text.back().get(), text.data(), text.size());
-            return {m_text.back().get(), text.size()};
+            m_blocks.push_back(new_block(text.size()));
+            char* p = static_cast<char*>(m_blocks.back().get());
+            std::memcpy(p, text.data(), text.size());
+            return {p, text.size()};
         }
-        m_text.emplace_back(new char[chunk]);
-        m_text_next = m_text.back().get();
+        m_blocks.push_back(new_block(chunk));
+        m_text_next = static_cast<char*>(m_blocks.back().get());
         m_text_left = chunk;
     }
     std::memcpy(m_text_next, text.data(), text.size());
@@ -231,13 +303,13 @@ private:
             if (p == v) return true;
         return false;
     }
-    void seq(const std::vector<Value*>& items, int depth) {
+    void seq(const ValueList& items, int depth) {
         for (size_t n = 0; n < items.size() && !full(); ++n) {
             if (n) m_out += ", ";
             value(items[n], depth + 1);
         }
     }
-    void pairs(const std::vector<Value*>& entries, int depth) {
+    void pairs(const ValueList& entries, int depth) {
         for (size_t n = 0; n + 1 < entries.size() && !full(); n += 2) {
             if (n) m_out += ", ";
             value(entries[n], depth + 1);
