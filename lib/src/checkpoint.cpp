@@ -297,12 +297,17 @@ void Checkpoint::Builder::flatten(const Value* v, std::string& key, int depth,
                                   std::unordered_set<const Value*>& path) {
     if (depth > k_max_walk_depth)
         throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
-    auto child = [&](const std::string& part, const Value* x) {
+    auto child = [&](std::string_view part, const Value* x) {
         size_t old = key.size();
         if (!key.empty()) key += '.';
         key += part;
         flatten(x, key, depth + 1, path);
         key.resize(old);
+    };
+    // A dict key's path part; str keys, nearly all of them, without a string of their own.
+    auto dict_child = [&](const Value* k, const Value* x) {
+        if (k->kind == ValueKind::string) child(k->s, x);
+        else child(key_part(k), x);
     };
     bool is_dict = v->kind == ValueKind::dict;
     bool is_seq = v->kind == ValueKind::list || v->kind == ValueKind::tuple;
@@ -316,7 +321,7 @@ void Checkpoint::Builder::flatten(const Value* v, std::string& key, int depth,
     }
     path.insert(v);
     if (is_dict || is_obj) {
-        for (size_t n = 0; n < v->dict_size(); ++n) child(key_part(v->dict_key(n)), v->dict_value(n));
+        for (size_t n = 0; n < v->dict_size(); ++n) dict_child(v->dict_key(n), v->dict_value(n));
     }
     if (is_seq || is_obj) {
         for (size_t n = 0; n < v->items.size(); ++n) child(std::to_string(n), v->items[n]);
@@ -326,7 +331,7 @@ void Checkpoint::Builder::flatten(const Value* v, std::string& key, int depth,
         if (st && st->kind == ValueKind::tuple && st->items.size() == 2 && st->items[0]->kind == ValueKind::dict)
             st = st->items[0];
         if (st && st->kind == ValueKind::dict) {
-            for (size_t n = 0; n < st->dict_size(); ++n) child(key_part(st->dict_key(n)), st->dict_value(n));
+            for (size_t n = 0; n < st->dict_size(); ++n) dict_child(st->dict_key(n), st->dict_value(n));
         } else if (st && st->kind != ValueKind::none) {
             child("__state__", st);
         }

@@ -14,7 +14,7 @@ void Totals::add(const TensorInfo& t) {
     ++tensors;
     elements += t.numel;
     bytes += t.nbytes();
-    std::string name(dtype_name(t.dtype));
+    std::string_view name = dtype_name(t.dtype);
     for (auto& d : by_dtype)
         if (d.dtype == name) {
             ++d.tensors;
@@ -22,7 +22,7 @@ void Totals::add(const TensorInfo& t) {
             d.bytes += t.nbytes();
             return;
         }
-    by_dtype.push_back({name, 1, t.numel, t.nbytes()});
+    by_dtype.push_back({std::string(name), 1, t.numel, t.nbytes()});
 }
 
 bool InspectReport::listed(const TensorRow& row) const {
@@ -109,7 +109,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     std::vector<size_t> users = c.storage_users();
     r.tensors.reserve(c.tensors().size());
 
-    std::unordered_set<const Value*> counted_all;  // a tensor object at two keys counts once
+    std::vector<char> counted_all(c.tensors().size());  // a tensor object at two keys counts once
     for (size_t i = 0; i < c.entries().size(); ++i) {
         const Entry& e = c.entries()[i];
         if (!e.tensor) {
@@ -125,7 +125,10 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
             row.name = *sd_name[i];
             r.state_dict_totals.add(t);  // per key: what load_state_dict sees
         }
-        if (counted_all.insert(e.value).second) r.all_totals.add(t);
+        if (!counted_all[*e.tensor]) {
+            counted_all[*e.tensor] = 1;
+            r.all_totals.add(t);
+        }
         r.tensors.push_back(std::move(row));
     }
     for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();

@@ -95,20 +95,23 @@ std::string shape_or_dtype_change(const TensorPrint& a, const TensorPrint& r) {
 
 void compare(VerifyReport& rep, const Fingerprint& ref) {
     const VerifyOptions& o = rep.options;
-    std::unordered_map<std::string, const TensorPrint*> by_key;
-    for (const auto& t : ref.tensors) by_key.emplace(t.key, &t);
-    std::unordered_set<std::string> seen;
+    // Views of the reference's keys (it is not changed here) and a flag for each reference tensor
+    // matched: no copy of 100,000 keys, twice, as the maps of strings made.
+    std::unordered_map<std::string_view, size_t> by_key;
+    by_key.reserve(ref.tensors.size());
+    for (size_t i = 0; i < ref.tensors.size(); ++i) by_key.emplace(ref.tensors[i].key, i);
+    std::vector<char> matched(ref.tensors.size());
     std::vector<Finding> drift;
     for (auto& v : rep.tensors) {
         const TensorPrint& a = v.print;
-        seen.insert(a.key);
         auto it = by_key.find(a.key);
         if (it == by_key.end()) {
             v.status = "extra";
             rep.findings.push_back({"extra", a.key, a.key + " is not in the reference"});
             continue;
         }
-        const TensorPrint& r = *it->second;
+        matched[it->second] = 1;
+        const TensorPrint& r = ref.tensors[it->second];
         v.reference = r;
         std::string change = shape_or_dtype_change(a, r);
         if (!change.empty()) {
@@ -162,8 +165,9 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     std::stable_sort(drift.begin(), drift.end(),
                      [](const Finding& x, const Finding& y) { return x.relative_change > y.relative_change; });
     rep.findings.insert(rep.findings.end(), drift.begin(), drift.end());
-    for (const auto& r : ref.tensors) {
-        if (seen.count(r.key)) continue;
+    for (size_t i = 0; i < ref.tensors.size(); ++i) {
+        const TensorPrint& r = ref.tensors[i];
+        if (matched[by_key.at(r.key)]) continue;  // a key twice in the reference: both by its first
         if (!o.key_globs.empty() && !any_glob_matches(o.key_globs, r.key)) continue;
         TensorVerdict v;
         v.print.key = r.key;
@@ -286,7 +290,13 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     integrity_findings(c, fp, rep.findings);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
-    for (const auto& t : fp.tensors) rep.tensors.push_back({t, std::nullopt, "", "", 0});
+    rep.tensors.reserve(fp.tensors.size() + (ref ? ref->tensors.size() : 0));
+    if (fingerprint_out) {
+        for (const auto& t : fp.tensors) rep.tensors.push_back({t, std::nullopt, "", "", 0});
+    } else {  // nobody wants the fingerprint itself: its prints move into the verdicts
+        for (auto& t : fp.tensors) rep.tensors.push_back({std::move(t), std::nullopt, "", "", 0});
+        fp.tensors.clear();
+    }
     if (ref) {
         if (!o.key_globs.empty())
             ref->tensors.erase(std::remove_if(ref->tensors.begin(), ref->tensors.end(),
