@@ -99,7 +99,11 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     s.dtype = *dt;
     s.numel = static_cast<uint64_t>(numel->i);
     s.location = std::string(loc->s);
-    s.storage_class = global_name(cls);
+    if (cls != m_class_value) {  // one storage class for all of a file's storages, as a rule
+        m_class_value = cls;
+        m_class_name = m_arena.own(global_name(cls));
+    }
+    s.storage_class = m_class_name;
     if (!checked_mul(s.numel, dtype_size(s.dtype)))
         throw Error(ErrorKind::corrupt, "", m_record + ": storage " + std::string(k) + " size overflows", offset);
     Value* v = m_arena.make(ValueKind::storage, offset);

@@ -37,6 +37,8 @@ private:
     std::unordered_map<std::string, size_t> m_global_index;
     std::string m_scratch;
     StringIndex m_storage_by_key;        // storage key → position in m_storages
+    const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
+    std::string_view m_class_name;
     std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
 };
 

@@ -26,7 +26,7 @@ struct StorageInfo {
     DType dtype = DType::untyped;
     uint64_t numel = 0;          // elements (bytes for untyped storages)
     std::string location;        // "cpu", "cuda:0"
-    std::string storage_class;   // "torch.FloatStorage"
+    std::string_view storage_class;  // "torch.FloatStorage" (text owned by the checkpoint)
     std::string record;          // "root/data/0"
     bool record_present = false;
     uint64_t record_size = 0;
