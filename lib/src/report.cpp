@@ -65,15 +65,20 @@ std::string json_string_or(const nlohmann::json& j, const char* name, std::strin
     return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
-std::optional<nlohmann::json> read_json_file(const std::string& path) {
-    MappedFile f(path);
-    ByteView v = f.view();
+std::optional<ByteView> json_text(ByteView v) {
     uint64_t i = 0;
     if (v.size >= 3 && v.data[0] == 0xef && v.data[1] == 0xbb && v.data[2] == 0xbf) i = 3;
     while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
     if (i >= v.size || (v.data[i] != '{' && v.data[i] != '[')) return std::nullopt;
+    return ByteView{v.data + i, v.size - i};
+}
+
+std::optional<nlohmann::json> read_json_file(const std::string& path) {
+    MappedFile f(path);
+    std::optional<ByteView> v = json_text(f.view());
+    if (!v) return std::nullopt;
     try {
-        return nlohmann::json::parse(v.data + i, v.data + v.size);
+        return nlohmann::json::parse(v->data, v->data + v->size);
     } catch (const nlohmann::json::parse_error& e) {
         throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
     } catch (const nlohmann::json::exception&) {

@@ -183,15 +183,9 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
 
 Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file) {
     const std::string& path = *o.reference;
-    std::optional<nlohmann::json> json = is_sharded_index(path) ? std::nullopt : read_json_file(path);
-    is_fingerprint_file = json.has_value();
-    if (json) {
-        const nlohmann::json& j = *json;
-        if (json_string_or(j, "command") == "inspect")
-            throw Error(ErrorKind::usage, path,
-                        "an inspect report holds no statistics; write a fingerprint with verify --write-fingerprint");
-        return fingerprint_from_json(path, j);
-    }
+    std::optional<Fingerprint> from_file = is_sharded_index(path) ? std::nullopt : read_fingerprint_file(path);
+    is_fingerprint_file = from_file.has_value();
+    if (from_file) return std::move(*from_file);
     std::unique_ptr<Checkpoint> r = Checkpoint::open(path, o.reference_open);
     if (r->format() == Format::torchscript) return torchscript_fingerprint(path);  // torch::jit::load is the authority
     if (!r->problems().empty())

@@ -4,9 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
+#include "ckpt/report.hpp"
+#include "support/builders.hpp"
 
 using namespace ckpt;
 
@@ -54,4 +59,62 @@ TEST_CASE("fingerprint: float16 edges, empty and single tensors, hashes of equal
     CHECK_FALSE(one.std);  // torch: nan for one element; here: absent
     CHECK(of(DType::int8, "\x01\x02", 2).hash == of(DType::uint8, "\x01\x02", 2).hash);  // bytes, not values
     CHECK(of(DType::int8, "\x01\x02", 2).hash != of(DType::int8, "\x02\x01", 2).hash);
+}
+
+namespace {
+// What reading a fingerprint file gives: its JSON, or the error's kind and message.
+std::string outcome(const std::function<Fingerprint()>& read) {
+    try {
+        return to_json(read()).dump();
+    } catch (const Error& e) {
+        return "error " + std::to_string(static_cast<int>(e.kind())) + ": " + e.what();
+    }
+}
+}  // namespace
+
+TEST_CASE("fingerprint: the row-by-row file reader agrees with the document reader, error for error") {
+    const std::string row = R"({"key": "w", "dtype": "float32", "shape": [2, 3], "count": 6, "mean": 0.5, "std": "nan",
+                              "min": "-inf", "max": "inf", "abs_mean": null, "l2": 1e-300, "nan": 1, "inf": 2, "hash": "ab"})";
+    const std::vector<std::string> docs = {
+        R"({"schema_version": 1, "command": "fingerprint", "file": "a.pth", "file_size": 10, "scope": "all",
+            "tool": {"name": "x", "tensors": [1]}, "tensors": [)" + row + ", " + row + R"(, {"key": "b", "dtype": "int8", "shape": []}]})",
+        R"({"tensors": [], "file": 61, "scope": ["not a string"]})",
+        R"({"tensors": [)" + row + R"(], "tensors": [{"key": "second", "dtype": "bool", "shape": [1]}]})",  // the last counts
+        R"({"tensors": [)" + row + R"(], "tensors": {"key": "an object"}})",  // the last is no list
+        R"({"tensors": [{"key": 5}], "tensors": 7})",
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1]}, {"dtype": "float32"}, {"key": 5}]})",  // first bad row
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1.5]}]})",
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1], "mean": "x"}]})",
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1], "nan": -1}]})",
+        R"({"tensors": [[1, 2], 3, "s", null]})",
+        R"({"tensors": {"key": "a"}})",
+        R"({"no": "tensors"})",
+        R"([{"key": "a", "dtype": "float32", "shape": [1]}])",
+        R"({"command": "inspect", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}]})",
+        R"({"tensors": [{"key": 1}], "command": "inspect"})",  // the inspect report is said first
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1], "mean": 4e999}]})",  // out of range
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1],)",                    // cut short
+        "\xef\xbb\xbf  {\"tensors\": [{\"key\": \"bom\", \"dtype\": \"uint8\", \"shape\": [0]}]}",
+    };
+    std::string dir = testing::scratch_dir("fingerprint_stream");
+    for (size_t n = 0; n < docs.size(); ++n) {
+        std::string path = dir + "/fp" + std::to_string(n) + ".json";
+        testing::write_file(path, docs[n]);
+        std::string streamed = outcome([&] {
+            std::optional<Fingerprint> f = read_fingerprint_file(path);
+            REQUIRE(f);
+            return *f;
+        });
+        std::string whole = outcome([&] {
+            std::optional<nlohmann::json> j = read_json_file(path);
+            REQUIRE(j);
+            if (json_string_or(*j, "command") == "inspect")
+                throw Error(ErrorKind::usage, path, "an inspect report holds no statistics; write a fingerprint with verify --write-fingerprint");
+            return fingerprint_from_json(path, *j);
+        });
+        INFO(docs[n]);
+        CHECK(streamed == whole);
+    }
+    testing::write_file(dir + "/not.json", "PK\x03\x04 a zip");
+    CHECK_FALSE(read_fingerprint_file(dir + "/not.json"));
 }

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/bytes.hpp"
+
 namespace ckpt {
 
 constexpr int k_schema_version = 1;
@@ -37,6 +39,9 @@ struct Paint {
 // nullopt when it does not (a checkpoint); Error(format) naming the file when it starts like JSON
 // but does not parse.
 std::optional<nlohmann::json> read_json_file(const std::string& path);
+// The JSON text of a file's bytes by the same test (from its first '{' or '['), nullopt when they
+// do not start like JSON.
+std::optional<ByteView> json_text(ByteView bytes);
 
 // `j[name]` when `j` is an object holding a string there, `fallback` otherwise: for the optional
 // fields of files we read (nlohmann's value() throws a type_error when the field is another type).
