@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <system_error>
 #include <vector>
 
 #include "ckpt/error.hpp"
@@ -119,6 +120,7 @@ AtomicFile::AtomicFile(std::string target) : m_target(std::move(target)) {
 AtomicFile::~AtomicFile() { discard(); }
 
 void AtomicFile::discard() {
+    if (m_syncer.joinable()) m_syncer.join();
     if (m_fd >= 0) {
         ::close(m_fd);
         m_fd = -1;
@@ -131,9 +133,27 @@ void AtomicFile::discard() {
     m_slot = -1;
 }
 
+void AtomicFile::start_sync() {
+    if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
+    if (m_synced || m_syncer.joinable()) return;
+    try {
+        m_syncer = std::thread([this, fd = m_fd] { m_sync_errno = ::fsync(fd) == 0 ? 0 : errno; });
+    } catch (const std::system_error&) {
+        // No thread: sync() does the fsync in this one.
+    }
+}
+
 void AtomicFile::sync() {
     if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
-    if (::fsync(m_fd) != 0) io_fail(m_target, "cannot flush to disk", errno);
+    if (m_synced) return;
+    int err = 0;
+    if (m_syncer.joinable()) {
+        m_syncer.join();
+        err = m_sync_errno;
+    } else if (::fsync(m_fd) != 0) {
+        err = errno;
+    }
+    if (err) io_fail(m_target, "cannot flush to disk", err);
     m_synced = true;
 }
 
@@ -147,8 +167,7 @@ void commit_set(const std::vector<std::unique_ptr<AtomicFile>>& files, AtomicFil
 }
 
 void AtomicFile::commit(bool replace) {
-    if (m_fd < 0) throw Error(ErrorKind::io, m_target, "output was discarded before commit");
-    if (!m_synced && ::fsync(m_fd) != 0) io_fail(m_target, "cannot flush to disk", errno);
+    sync();
     // Keep the mode an existing target had (an in-place repair should not change permissions).
     struct stat st {};
     if (replace && ::stat(m_target.c_str(), &st) == 0) ::fchmod(m_fd, st.st_mode & 07777);

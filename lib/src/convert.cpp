@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <string_view>
+#include <system_error>
 #include <ostream>
 #include <tuple>
 #include <unordered_map>
@@ -143,23 +145,52 @@ std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const Atomi
     }
 }
 
+SourceHashes::SourceHashes(const Checkpoint& c, ScanOptions options, bool start) : m_checkpoint(c), m_options(std::move(options)) {
+    if (!start) return;
+    ScanOptions o = m_options;
+    o.threads = 1;  // the other core is copying
+    o.progress = [this](uint64_t, uint64_t) {
+        if (m_cancel) throw Error(ErrorKind::io, m_checkpoint.path(), "cancelled");
+    };
+    try {
+        m_thread = std::thread([this, o] {
+            try {
+                m_fingerprint = fingerprint(m_checkpoint, o);
+            } catch (...) {
+                m_error = std::current_exception();
+            }
+        });
+    } catch (const std::system_error&) {
+        // No thread: get() scans in this one.
+    }
+}
+
+SourceHashes::~SourceHashes() {
+    m_cancel = true;
+    if (m_thread.joinable()) m_thread.join();
+}
+
+const Fingerprint& SourceHashes::get() {
+    if (m_thread.joinable()) m_thread.join();
+    if (m_error) std::rethrow_exception(m_error);
+    if (!m_fingerprint) m_fingerprint = fingerprint(m_checkpoint, m_options);
+    return *m_fingerprint;
+}
+
 // The output opened again by the same checking readers as any input, and every tensor's content
-// hash compared with the source's (aliases with the tensor they alias).
-void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
-                    std::optional<size_t> expected_count, std::optional<Fingerprint>* source_cache) {
+// hash compared with the source's (aliases with the tensor they alias). The output is hashed first:
+// the source's hashes may still be on their way from the other core.
+void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                    std::optional<size_t> expected_count, SourceHashes& source_hashes) {
     if (!rq.verify) return;
     auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
     std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
     ScanOptions so;
     so.hash_only = true;  // equal hashes are the test; the statistics would double the cost
-    std::optional<Fingerprint> local;
-    std::optional<Fingerprint>& cache = source_cache ? *source_cache : local;
-    if (!cache) cache = fingerprint(c, so);  // the source is read once, however many shards there are
-    const Fingerprint& want = *cache;
     Fingerprint got = fingerprint(*back, so);
-    std::unordered_map<std::string, const TensorPrint*> src, dst;
+    const Fingerprint& want = source_hashes.get();
+    std::unordered_map<std::string_view, const TensorPrint*> src;  // keys in `want`, which outlives it
     for (const auto& t : want.tensors) src.emplace(t.key, &t);
-    for (const auto& t : got.tensors) dst.emplace(t.key, &t);
     std::unordered_map<std::string, std::string> alias_of;
     for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
     auto source = [&](const std::string& name) -> const TensorPrint* {
@@ -174,7 +205,8 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
     if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
     // With --dtype the expected bytes are the source's cast again, independently of the writer.
     std::unordered_map<std::string, size_t> source_tensor;
-    for (const auto& e : c.state_dict().entries) source_tensor.emplace(e.name, *c.entries()[e.entry].tensor);
+    if (rq.dtype)
+        for (const auto& e : c->state_dict().entries) source_tensor.emplace(e.name, *c->entries()[e.entry].tensor);
     for (const auto& t : got.tensors) {
         const TensorPrint* s = source(t.key);
         if (!s) fail(t.key + " is not in the input");
@@ -183,7 +215,7 @@ void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& o
         std::string want_hash = s->stats.hash;
         if (dt && want_dtype != *dt) {
             auto a = alias_of.find(t.key);
-            want_hash = cast_hash(c, source_tensor.at(a == alias_of.end() ? t.key : a->second), want_dtype);
+            want_hash = cast_hash(*c, source_tensor.at(a == alias_of.end() ? t.key : a->second), want_dtype);
         }
         if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
     }
@@ -268,6 +300,7 @@ ConvertReport convert(const ConvertRequest& rq) {
         planned.push_back({e.name, ti});
         r.made_contiguous += !t.contiguous();
     }
+    first_name.clear();  // a node of shapes and strides per tensor, not needed past the plan
     // Shards in state-dict order, each at most --max-shard-size (a tensor larger than that gets a
     // shard of its own), named as Hugging Face names them.
     std::vector<uint64_t> sizes;
@@ -296,7 +329,9 @@ ConvertReport convert(const ConvertRequest& rq) {
     std::unordered_map<std::string, size_t> shard_of;
     std::vector<std::unique_ptr<AtomicFile>> files;
     uint64_t written = 0;
-    std::optional<Fingerprint> source_fp;
+    ScanOptions hashes;
+    hashes.hash_only = true;  // equal hashes are the read-back's test; the statistics would double the cost
+    SourceHashes source(*c, hashes, rq.verify);
     for (size_t n = 0; n < shards.size(); ++n) {
         std::vector<Planned>& shard = shards[n];
         std::stable_sort(shard.begin(), shard.end(), [&](const Planned& a, const Planned& b) {
@@ -362,9 +397,16 @@ ConvertReport convert(const ConvertRequest& rq) {
             if (rq.progress) rq.progress(written, total);
         }
         r.bytes_written += base + at;
+        out.start_sync();  // the disk writes while the output is read back from the page cache
+        if (count == 1 && rq.verify && !rq.dtype) {
+            // Without a cast the source's hashes are all the check needs of it: closed before the
+            // output is opened, the two are never open at once (100,000 tensors: ~400 MiB each).
+            source.get();
+            c.reset();
+        }
         ConvertRequest shard_rq = rq;
         shard_rq.output = paths[n];
-        verify_written(*c, shard_rq, out, r, shard.size(), &source_fp);
+        verify_written(c.get(), shard_rq, out, r, shard.size(), source);
     }
     r.tensors = planned.size();
     std::unique_ptr<AtomicFile> index;

@@ -2,10 +2,13 @@
 // and the Hugging Face index.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/atomic_file.hpp"
@@ -29,12 +32,34 @@ std::string cast_hash(const Checkpoint& c, size_t ti, DType to);
 [[noreturn]] void read_back_failed(const ConvertRequest& rq, const std::string& why);
 std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const AtomicFile& out);
 
+// The source's content hashes (hash_only), taken in a thread of their own from construction on, while
+// this one writes the output (the kernel's copy runs on this core), so that after the write only the
+// output is left to hash. get() waits for them, and rethrows the scan's error; destroying it before
+// get() (a failed write) stops the scan at its next 64 MiB. With `start` false nothing runs until
+// get(), which then scans in this thread. Computed once, however many shards ask.
+class SourceHashes {
+public:
+    SourceHashes(const Checkpoint& c, ScanOptions options, bool start);
+    ~SourceHashes();
+    SourceHashes(const SourceHashes&) = delete;
+    SourceHashes& operator=(const SourceHashes&) = delete;
+    const Fingerprint& get();
+
+private:
+    const Checkpoint& m_checkpoint;
+    ScanOptions m_options;
+    std::atomic<bool> m_cancel{false};
+    std::thread m_thread;
+    std::optional<Fingerprint> m_fingerprint;
+    std::exception_ptr m_error;
+};
+
 // Reopens the written file and compares every tensor's content hash with the source's (aliases
-// with the tensor they alias; cast tensors with the source cast again). `expected_count`: tensors the
-// output must hold (default: the state dict's, less the aliases safetensors stores once);
-// `source_cache` keeps the source's fingerprint across shards. Throws Error(corrupt) on a difference.
-void verify_written(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
-                    std::optional<size_t> expected_count = std::nullopt, std::optional<Fingerprint>* source_cache = nullptr);
+// with the tensor they alias; cast tensors with the source `c` cast again: without --dtype `c` may
+// be null). `expected_count`: tensors the output must hold (the state dict's, less the aliases
+// safetensors stores once, when not given). Throws Error(corrupt) on a difference.
+void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                    std::optional<size_t> expected_count, SourceHashes& source_hashes);
 
 // Units (tensors or storages) of the given sizes, in order, split into shards of at most `max`
 // bytes (a unit larger than that gets a shard of its own; max 0: one shard). Returns each unit's shard.

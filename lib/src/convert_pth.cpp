@@ -150,13 +150,16 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     for (uint64_t s : sizes) total += s;
     std::vector<std::unique_ptr<AtomicFile>> files;
     std::vector<std::pair<std::string, std::string>> weight_map;
-    std::optional<Fingerprint> source_fp;
+    ScanOptions hashes;
+    hashes.hash_only = true;
+    SourceHashes source(c, hashes, rq.verify);
     for (size_t n = 0; n < count; ++n) {
         files.push_back(std::make_unique<AtomicFile>(paths[n]));
         r.bytes_written += write_one(c, rq, paths[n], shards[n], *files.back(), r, done, total);
+        files.back()->start_sync();  // the disk writes while the output is read back
         ConvertRequest shard_rq = rq;
         shard_rq.output = paths[n];
-        verify_written(c, shard_rq, *files.back(), r, shards[n].size(), &source_fp);
+        verify_written(&c, shard_rq, *files.back(), r, shards[n].size(), source);
         for (const Item& item : shards[n]) {
             const TensorInfo& t = c.tensors()[item.tensor];
             weight_map.push_back({item.name, base_name(paths[n])});
@@ -181,7 +184,7 @@ namespace {
 // The written file opened again: the same structure (every key, every non-tensor value), and every
 // tensor's content hash equal to the source's, or to the source cast again for a cast storage.
 void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
-                  const std::unordered_map<size_t, DType>& retype) {
+                  const std::unordered_map<size_t, DType>& retype, SourceHashes& source) {
     if (!rq.verify) return;
     auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
     std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
@@ -197,7 +200,8 @@ void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out
     ScanOptions so;
     so.all = true;
     so.hash_only = true;
-    Fingerprint want = fingerprint(c, so), got = fingerprint(*back, so);
+    Fingerprint got = fingerprint(*back, so);
+    const Fingerprint& want = source.get();
     if (want.tensors.size() != got.tensors.size()) fail("tensor count differs");
     for (size_t i = 0; i < got.tensors.size(); ++i) {
         const TensorPrint &s = want.tensors[i], &t = got.tensors[i];
@@ -239,6 +243,10 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     for (const auto& [s, to] : retype) cast_record.emplace(c.storages()[s].record, s);
     uint64_t total = 0, done = 0;
     for (const auto& rec : c.records()) total += rec.size;
+    ScanOptions hashes;
+    hashes.all = true;
+    hashes.hash_only = true;
+    SourceHashes source(c, hashes, rq.verify);
     AtomicFile out(rq.output);
     size_t records = 0;
     r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](size_t record, const std::string& name, ZipWriter& w) {
@@ -254,7 +262,8 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
         c.record_file(record).release(data.view());
         return true;
     });
-    verify_whole(c, rq, out, r, retype);
+    out.start_sync();  // the disk writes while the output is read back
+    verify_whole(c, rq, out, r, retype, source);
     out.commit(rq.force);
     r.outputs = {rq.output};
 }

@@ -6,12 +6,17 @@
 // xxh3_avx2.cpp: the same XXH3, compiled for AVX2.
 extern "C" XXH_errorcode ckpt_avx2_XXH3_128bits_update(XXH3_state_t* state, const void* input, size_t len);
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ckpt/error.hpp"
 #include "ckpt/zip.hpp"
@@ -372,6 +377,35 @@ void consume_contiguous(const uint8_t* p, uint64_t count, size_t esz, Consume&& 
     }
 }
 
+// One pass over elements handed over in pieces: CRC-32, content hash and (unless hash_only) the
+// statistics, each piece while it is in L1.
+class OnePass {
+public:
+    OnePass(DType dtype, uint32_t* crc, bool hash_only)
+        : m_decode(hash_only ? nullptr : decoder_for(dtype)), m_esz(static_cast<size_t>(dtype_size(dtype))), m_crc(crc),
+          m_numbers(m_decode ? 2 * k_chunk : 0) {}
+    size_t element_size() const { return m_esz; }
+    void operator()(const uint8_t* p, size_t n) {
+        if (m_crc) *m_crc = crc32_of({p, n * m_esz}, *m_crc);
+        m_hash.update(p, n * m_esz);
+        if (m_decode) m_acc.add(m_numbers.data(), m_decode(p, n, m_numbers.data()));
+    }
+    TensorStats finish() {
+        TensorStats s;
+        if (m_decode) m_acc.finish(s);
+        s.hash = m_hash.hex();
+        return s;
+    }
+
+private:
+    Decoder m_decode;
+    size_t m_esz;
+    uint32_t* m_crc;
+    Accumulator m_acc;
+    Hasher m_hash;
+    std::vector<double> m_numbers;
+};
+
 }  // namespace
 
 namespace detail {
@@ -379,18 +413,13 @@ namespace detail {
 // the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
 TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
                        uint32_t* crc, bool hash_only, const std::function<void(ByteView)>& release) {
-    Decoder decode = hash_only ? nullptr : decoder_for(dtype);
-    size_t esz = static_cast<size_t>(dtype_size(dtype));
-    Accumulator acc;
-    Hasher hash;
-    std::vector<double> numbers(2 * k_chunk);
+    OnePass pass(dtype, crc, hash_only);
+    size_t esz = pass.element_size();
     constexpr uint64_t k_window = 64ull << 20;
     bool windows = release && (!view || view->contiguous());  // a contiguous read only moves forward
     const uint8_t* unreleased = nullptr;
     auto consume = [&](const uint8_t* p, size_t n) {
-        if (crc) *crc = crc32_of({p, n * esz}, *crc);
-        hash.update(p, n * esz);
-        if (decode) acc.add(numbers.data(), decode(p, n, numbers.data()));
+        pass(p, n);
         if (windows) {
             const uint8_t* end = p + n * esz;
             if (!unreleased) unreleased = p;
@@ -402,10 +431,29 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
     };
     if (view) for_each_chunk(*view, base, esz, consume);
     else consume_contiguous(base, count, esz, consume);
-    TensorStats s;
-    if (decode) acc.finish(s);
-    s.hash = hash.hex();
-    return s;
+    return pass.finish();
+}
+
+TensorStats stats_of_file_range(DType dtype, int fd, uint64_t offset, uint64_t count, uint32_t* crc, bool hash_only,
+                                std::vector<uint8_t>& buffer, const std::string& path) {
+    OnePass pass(dtype, crc, hash_only);
+    size_t esz = pass.element_size();
+    size_t cap = buffer.size() / esz * esz;
+    if (cap == 0) throw Error(ErrorKind::usage, path, "internal: read buffer smaller than one element");
+    for (uint64_t left = count * esz; left > 0;) {
+        size_t want = static_cast<size_t>(std::min<uint64_t>(left, cap)), got = 0;
+        while (got < want) {
+            ssize_t n = ::pread(fd, buffer.data() + got, want - got, static_cast<off_t>(offset + got));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw Error(ErrorKind::io, path, std::string("read failed: ") + std::strerror(errno), offset + got);
+            if (n == 0) throw Error(ErrorKind::corrupt, path, "file ends inside a tensor (truncated?)", offset + got);
+            got += static_cast<size_t>(n);
+        }
+        consume_contiguous(buffer.data(), want / esz, esz, pass);
+        offset += want;
+        left -= want;
+    }
+    return pass.finish();
 }
 
 }  // namespace detail

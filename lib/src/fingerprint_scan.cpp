@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -20,6 +21,7 @@
 namespace ckpt {
 
 using detail::stats_over;
+using detail::stats_of_file_range;
 
 namespace {
 constexpr double k_inf = std::numeric_limits<double>::infinity();
@@ -46,6 +48,25 @@ struct WorkItem {
     std::vector<size_t> tensors;  // unique tensor indices viewing this record's storage
     uint64_t bytes = 0;           // what it reads
 };
+
+// A record that is one contiguous tensor stored as it is in its file (a state dict's usual case) is
+// read with pread rather than through the mapping: faulting 1 GiB of cached pages in and releasing
+// them again costs 0.6 s here, pread into a buffer that stays in L2 0.19 s. Below 256 KiB the
+// mapping wins (many small records share a page, and a pread is a system call each).
+constexpr size_t k_read_buffer = 1u << 20;
+constexpr uint64_t k_read_min = 256u << 10;
+
+// Where in its file the tensor's bytes start, when it is to be read so.
+std::optional<uint64_t> file_read_offset(const Checkpoint& c, const WorkItem& w, bool crc_here) {
+    if (w.tensors.size() != 1) return std::nullopt;
+    const TensorInfo& t = c.tensors()[w.tensors[0]];
+    if (!t.contiguous() || t.nbytes() < k_read_min) return std::nullopt;
+    if (crc_here && !(t.storage_offset == 0 && t.nbytes() == c.records()[w.record].size))
+        return std::nullopt;  // the CRC is of the whole record
+    std::optional<uint64_t> at = c.record_file_offset(w.record);  // none for a DEFLATE record
+    if (at) *at += static_cast<uint64_t>(t.storage_offset) * dtype_size(t.dtype);
+    return at;
+}
 
 }  // namespace
 
@@ -117,15 +138,36 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     uint64_t done_bytes = 0, reported = 0;
     std::exception_ptr failure;
     std::atomic<bool> failed{false};
+    auto report_progress = [&](uint64_t bytes) {
+        if (!o.progress) return;
+        std::lock_guard<std::mutex> lock(progress_lock);
+        done_bytes += bytes;
+        if (done_bytes - reported >= (64u << 20) || done_bytes == total) {
+            reported = done_bytes;
+            o.progress(done_bytes, total);
+        }
+    };
     auto worker = [&]() {
+        std::vector<uint8_t> buffer;
         try {
             for (size_t n; (n = next.fetch_add(1)) < order.size();) {
                 if (failed) return;
                 const WorkItem& w = items[order[n]];
                 const RecordInfo& rec = c.records()[w.record];
+                bool crc_here = o.check_crc && rec.has_crc;
+                if (auto at = file_read_offset(c, w, crc_here)) {
+                    const TensorInfo& t = tensors[w.tensors[0]];
+                    const MappedFile& file = c.record_file(w.record);
+                    uint32_t crc = 0;
+                    if (buffer.empty()) buffer.resize(k_read_buffer);
+                    slots[slot_of_tensor.at(w.tensors[0])] = stats_of_file_range(
+                        t.dtype, file.fd(), *at, t.numel, crc_here ? &crc : nullptr, o.hash_only, buffer, file.path());
+                    if (crc_here) crcs[order[n]] = {rec.name, rec.crc32, crc};
+                    report_progress(w.bytes);
+                    continue;
+                }
                 RecordData data = c.record_data(w.record);
                 ByteView v = data.view();
-                bool crc_here = o.check_crc && rec.has_crc;
                 if (w.tensors.size() == 1 && crc_here && whole_record(tensors[w.tensors[0]], v)) {
                     uint32_t crc = 0;
                     const TensorInfo& t = tensors[w.tensors[0]];
@@ -149,14 +191,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
                 // what the workers read now, whatever the file's size; measured on 1 GiB: 26 MiB
                 // instead of 1 GiB, for ~10% more time in TLB shootdowns).
                 c.record_file(w.record).release(v);
-                if (o.progress) {
-                    std::lock_guard<std::mutex> lock(progress_lock);
-                    done_bytes += w.bytes;
-                    if (done_bytes - reported >= (64u << 20) || done_bytes == total) {
-                        reported = done_bytes;
-                        o.progress(done_bytes, total);
-                    }
-                }
+                report_progress(w.bytes);
             }
         } catch (...) {
             std::lock_guard<std::mutex> lock(progress_lock);

@@ -111,6 +111,49 @@ TEST_CASE("atomic file: nothing appears until commit; no-replace commit refuses 
     CHECK_THROWS_AS(AtomicFile(dir + "/missing/dir/x.pth"), Error);
 }
 
+TEST_CASE("atomic file: the background fsync's failure surfaces at commit as Error(io) naming the target") {
+    std::string dir = testing::scratch_dir("rewrite_test_bg_sync");
+    std::string target = dir + "/out.pth";
+    ::unlink(target.c_str());
+    {  // the good case: started, then committed (commit waits for it)
+        AtomicFile f(target);
+        write_all(f.fd(), "synced", 6, 0, target);
+        f.start_sync();
+        f.start_sync();  // once is enough; a second start is a no-op
+        f.commit(false);
+    }
+    CHECK(read_file(target) == "synced");
+    ::unlink(target.c_str());
+    {  // fsync of a pipe fails (EINVAL): the fd swapped for one underneath the AtomicFile
+        AtomicFile f(target);
+        write_all(f.fd(), "never", 5, 0, target);
+        int p[2];
+        REQUIRE(::pipe(p) == 0);
+        REQUIRE(::dup2(p[0], f.fd()) == f.fd());
+        ::close(p[0]);
+        ::close(p[1]);
+        f.start_sync();
+        try {
+            f.commit(false);
+            FAIL("commit succeeded over a failed fsync");
+        } catch (const Error& e) {
+            CHECK(e.kind() == ErrorKind::io);
+            CHECK(e.path() == target);
+            CHECK_THAT(e.message(), Catch::Contains("cannot flush to disk"));
+        }
+    }  // destroyed uncommitted: the temporary goes
+    CHECK(access(target.c_str(), F_OK) != 0);
+    CHECK(temporaries(dir) == 0);
+    {  // discarded while the fsync may still run: it is waited for, then the temporary goes
+        AtomicFile f(target);
+        std::string big(8 << 20, 'x');
+        write_all(f.fd(), big.data(), big.size(), 0, target);
+        f.start_sync();
+    }
+    CHECK(access(target.c_str(), F_OK) != 0);
+    CHECK(temporaries(dir) == 0);
+}
+
 TEST_CASE("atomic file: a temporary left by a killed writer goes with the next commit of that target") {
     std::string dir = testing::scratch_dir("rewrite_test_stale");
     std::string target = dir + "/out.pth";

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ckpt {
@@ -27,8 +28,14 @@ public:
     // Makes the temporary the target. With `replace` false the rename fails (Error(io)) if the target
     // exists by then, checked by the kernel in the rename itself (no window between check and rename).
     void commit(bool replace);
-    // fsyncs the temporary now, so that a later commit() is only the rename.
+    // fsyncs the temporary now (or waits for start_sync()'s fsync), so that a later commit() is
+    // only the rename. Throws Error(io) naming the target when the fsync failed.
     void sync();
+    // Starts the fsync in a background thread: the caller reads the written file back (from the
+    // page cache) while the disk writes it. sync() or commit() waits for it and reports its failure;
+    // discard() and the destructor wait for it too, so the file is never closed under it. A thread
+    // that cannot be started leaves the fsync to sync().
+    void start_sync();
     // Removes the temporary now (a failed write).
     void discard();
 
@@ -38,6 +45,8 @@ private:
     int m_slot = -1;  // signal-cleanup registration
     bool m_committed = false;
     bool m_synced = false;
+    std::thread m_syncer;
+    int m_sync_errno = 0;  // the background fsync's errno; read after joining m_syncer
 };
 
 // A set of files that belong together (shards and the index naming them): every one is fsynced
