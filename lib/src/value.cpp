@@ -27,20 +27,27 @@ constexpr size_t k_huge_page = 2u << 20;
 static_assert(std::is_trivially_destructible_v<Value>, "arena blocks are freed without running destructors");
 }
 
-void ValueArena::FreeBlock::operator()(void* p) const { std::free(p); }
+void ValueArena::FreeBlock::operator()(void* p) const {
+    if (mapped) ::munmap(p, mapped);
+    else std::free(p);
+}
 
 ValueArena::Block ValueArena::new_block(size_t bytes) {
-    void* p = nullptr;
-    if (bytes >= k_huge_page / 2) {
-        bytes = (bytes + k_huge_page - 1) / k_huge_page * k_huge_page;
-        p = std::aligned_alloc(k_huge_page, bytes);
-        // A hint: where the kernel has no huge page to give, the block is ordinary memory.
-        if (p) ::madvise(p, bytes, MADV_HUGEPAGE);
-    } else {
-        p = std::malloc(bytes);
+    if (bytes < k_huge_page / 2) {
+        void* p = std::malloc(bytes);
+        if (!p) throw std::bad_alloc();
+        return Block(p, FreeBlock{0});
     }
-    if (!p) throw std::bad_alloc();
-    return Block(p);
+    // Map one huge page more than needed and unmap what lies outside the aligned range.
+    size_t size = (bytes + k_huge_page - 1) / k_huge_page * k_huge_page;
+    void* map = ::mmap(nullptr, size + k_huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) throw std::bad_alloc();
+    uintptr_t at = reinterpret_cast<uintptr_t>(map), aligned = (at + k_huge_page - 1) / k_huge_page * k_huge_page;
+    if (aligned > at) ::munmap(map, aligned - at);
+    if (aligned + size < at + size + k_huge_page) ::munmap(reinterpret_cast<void*>(aligned + size), at + k_huge_page - aligned);
+    void* p = reinterpret_cast<void*>(aligned);
+    ::madvise(p, size, MADV_HUGEPAGE);  // a hint: without huge pages to give, ordinary pages
+    return Block(p, FreeBlock{size});
 }
 
 Value* ValueArena::make(ValueKind kind, uint64_t offset) {

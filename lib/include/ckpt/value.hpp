@@ -146,10 +146,13 @@ public:
 
 private:
     struct FreeBlock {
+        size_t mapped = 0;  // bytes of a block mapped by new_block itself; 0: from malloc
         void operator()(void* p) const;
     };
     using Block = std::unique_ptr<void, FreeBlock>;
-    // A block of `bytes` (2 MiB-aligned huge pages from 1 MiB up).
+    // A block of `bytes`: from 1 MiB up, a mapping of its own in 2 MiB-aligned huge pages, returned to
+    // the kernel when freed (from malloc, a checkpoint freed before the next is opened, as the
+    // writers do, left its blocks in the heap: strip-prefix of 100,000 tensors peaked 130 MiB higher).
     static Block new_block(size_t bytes);
     void grow(ValueList& list, size_t more);
     Value** slots(size_t n);
