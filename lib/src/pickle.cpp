@@ -415,9 +415,7 @@ PickleResult Machine::run() {
                 push(t);
                 break;
             }
-            case 0x85:
-            case 0x86:
-            case 0x87: {  // TUPLE1-3
+            case 0x85: case 0x86: case 0x87: {  // TUPLE1-3
                 Value* abc[3];
                 size_t n = op - 0x84u;
                 for (size_t k = n; k-- > 0;) abc[k] = pop();
