@@ -352,9 +352,7 @@ public:
     bool end_object() override { return close(); }
     bool end_array() override { return close(); }
     bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
-        if (e.id == 406)  // a number too large for a double (as read_json_file says it)
-            throw Error(ErrorKind::format, m_path, "looks like JSON but holds a number out of range");
-        throw Error(ErrorKind::format, m_path, "looks like JSON but does not parse (byte " + std::to_string(pos) + ")");
+        json_parse_failed(m_path, pos, e.id == 406);  // 406: a number too large for a double
     }
 
 private:

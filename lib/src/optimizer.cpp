@@ -10,7 +10,7 @@ bool may_hold_optimizer(const Value* v) {
 }
 
 void walk(const Value* v, const std::string& key, int depth, std::vector<OptimizerRef>& out) {
-    if (depth > 3 || !may_hold_optimizer(v)) return;
+    if (depth > 3) return;
     auto join = [&](const std::string& part) { return key.empty() ? part : key + "." + part; };
     if (v->kind == ValueKind::list || v->kind == ValueKind::tuple) {
         for (size_t i = 0; i < v->items.size(); ++i)

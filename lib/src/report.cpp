@@ -73,6 +73,11 @@ std::optional<ByteView> json_text(ByteView v) {
     return ByteView{v.data + i, v.size - i};
 }
 
+void json_parse_failed(const std::string& path, uint64_t byte, bool number_out_of_range) {
+    if (number_out_of_range) throw Error(ErrorKind::format, path, "looks like JSON but holds a number out of range");
+    throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(byte) + ")");
+}
+
 std::optional<nlohmann::json> read_json_file(const std::string& path) {
     MappedFile f(path);
     std::optional<ByteView> v = json_text(f.view());
@@ -80,10 +85,9 @@ std::optional<nlohmann::json> read_json_file(const std::string& path) {
     try {
         return nlohmann::json::parse(v->data, v->data + v->size);
     } catch (const nlohmann::json::parse_error& e) {
-        throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(e.byte) + ")");
+        json_parse_failed(path, e.byte, false);
     } catch (const nlohmann::json::exception&) {
-        // out_of_range.406: a number too large for a double (found by fuzz_safetensors).
-        throw Error(ErrorKind::format, path, "looks like JSON but holds a number out of range");
+        json_parse_failed(path, 0, true);  // out_of_range.406: a number too large for a double (fuzz_safetensors)
     }
 }
 

@@ -42,6 +42,9 @@ std::optional<nlohmann::json> read_json_file(const std::string& path);
 // The JSON text of a file's bytes by the same test (from its first '{' or '['), nullopt when they
 // do not start like JSON.
 std::optional<ByteView> json_text(ByteView bytes);
+// The Error(format) naming `path` for JSON text that does not parse at `byte`, or holds a number
+// past a double's range (both readers of JSON files say it alike).
+[[noreturn]] void json_parse_failed(const std::string& path, uint64_t byte, bool number_out_of_range);
 
 // `j[name]` when `j` is an object holding a string there, `fallback` otherwise: for the optional
 // fields of files we read (nlohmann's value() throws a type_error when the field is another type).
