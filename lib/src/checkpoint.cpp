@@ -176,6 +176,7 @@ void Checkpoint::Builder::read_torch_zip() {
     c.m_pickle_record = pkl->name;
     if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
     TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, pkl->name);
+    hooks.reserve(entries.size());  // a hint: a record per storage, a tensor per storage as a rule
     PickleResult r = run_pickle(c.m_pickle->view(), c.m_arena, hooks, pkl->name, base,
                                 options.pickle_limits, c.m_trace.get());
     c.m_root_value = r.root;
@@ -356,6 +357,7 @@ void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
     sd.kind = StateDictKind::dict;
     sd.path = path;
     sd.value = d;
+    sd.entries.reserve(d->dict_size());
     for (size_t i = 0; i < d->dict_size(); ++i) {
         const Value* k = d->dict_key(i);
         const Value* v = d->dict_value(i);
@@ -526,6 +528,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const Open
         else reject_other_formats(c->m_file->view());
         std::string key;
         std::unordered_set<const Value*> on_path;
+        c->m_entries.reserve(c->m_tensors.size());  // a hint: most leaves of a checkpoint are tensors
+        b.entry_by_key.reserve(c->m_tensors.size());
         b.flatten(c->m_root_value, key, 0, on_path);
         b.check_storages();
         b.find_state_dict();

@@ -31,10 +31,8 @@
 
 namespace ckpt {
 
-Value* PickleHooks::persistent_load(Value* pid, uint64_t offset) {
-    (void)pid;
-    throw Error(ErrorKind::unsupported, "", "pickle uses a persistent id where none is expected",
-                offset);
+Value* PickleHooks::persistent_load(Value* /*pid*/, uint64_t offset) {
+    throw Error(ErrorKind::unsupported, "", "pickle uses a persistent id where none is expected", offset);
 }
 
 std::string python3_module(std::string_view module) {
@@ -179,7 +177,6 @@ private:
         o->how = how;
         o->callable = callable;
         o->args = args;
-        o->kwargs = kwargs;
         adopt(o, callable);
         adopt(o, args);
         if (kwargs) adopt(o, kwargs);
@@ -405,7 +402,7 @@ PickleResult Machine::run() {
             case 'N': push(m_arena.none()); break;
             case 0x88: push(m_arena.boolean(true)); break;
             case 0x89: push(m_arena.boolean(false)); break;
-            case ')': push(make_seq(ValueKind::tuple, ValueSpan())); break;
+            case ')': push(m_arena.empty_tuple()); break;
             case 't': {
                 Value* t = make_seq(ValueKind::tuple, pop_mark());
                 if (m_trace) {
@@ -512,7 +509,7 @@ PickleResult Machine::run() {
                 Value* state = pop();
                 Value* target = top();
                 if (target->kind == ValueKind::none || target->kind == ValueKind::boolean ||
-                    target->kind == ValueKind::integer)
+                    target->kind == ValueKind::integer || target->kind == ValueKind::tuple)
                     fail("BUILD on a " + type_name(target));
                 adopt(target, state);
                 if (target->state && target->state->kind == ValueKind::dict &&

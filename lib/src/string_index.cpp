@@ -1,10 +1,18 @@
 #include "ckpt/string_index.hpp"
 
+#include <string>
+
 #include <xxhash.h>
+
+#include "ckpt/error.hpp"
 
 namespace ckpt {
 
 uint64_t string_hash(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
+
+void StringIndex::too_many() {
+    throw Error(ErrorKind::limit, "", "more than " + std::to_string(k_max_pos) + " names in one table");
+}
 
 void StringIndex::grow(size_t n) {
     size_t cap = 16;

@@ -43,10 +43,8 @@ Value* TorchHooks::global(Value* g) {
     if (g->s == "torch") {
         auto dt = dtype_from_name(g->s2);
         if (dt && dtype_name(*dt) == g->s2) {
-            Value* d = m_arena.make(ValueKind::dtype, g->offset);
-            d->s2 = g->s2;
-            d->raw = g;
-            return d;
+            g->kind = ValueKind::dtype;  // the global just made becomes the dtype; s2 is its name
+            g->s = {};
         }
     }
     return g;
@@ -106,9 +104,8 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     s.storage_class = m_class_name;
     if (!checked_mul(s.numel, dtype_size(s.dtype)))
         throw Error(ErrorKind::corrupt, "", m_record + ": storage " + std::string(k) + " size overflows", offset);
-    Value* v = m_arena.make(ValueKind::storage, offset);
+    Value* v = m_arena.make(ValueKind::storage, offset);  // the id tuple may sit in the memo: a new value
     v->i = static_cast<int64_t>(m_storages.size());
-    v->raw = pid;
     std::string& text = m_scratch;  // one buffer for every storage's text: no allocation each
     text.assign(dtype_name(s.dtype)).append(", ").append(std::to_string(s.numel)).append(" elements, key ").append(k);
     v->s = m_arena.own(text);
@@ -119,10 +116,17 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     return v;
 }
 
-Value* TorchHooks::tensor_value(TensorInfo info, Value* raw) {
-    Value* v = m_arena.make(ValueKind::tensor, raw->offset);
+Value* TorchHooks::retype(Value* made, ValueKind kind) {
+    uint64_t offset = made->offset;
+    *made = Value();
+    made->kind = kind;
+    made->offset = offset;
+    return made;
+}
+
+Value* TorchHooks::tensor_value(TensorInfo info, Value* made) {
+    Value* v = retype(made, ValueKind::tensor);
     v->i = static_cast<int64_t>(m_tensors.size());
-    v->raw = raw;
     std::string& text = m_scratch;
     text.assign(dtype_name(info.dtype)).append("[");
     for (size_t n = 0; n < info.shape.size(); ++n) text.append(n ? ", " : "").append(std::to_string(info.shape[n]));
@@ -194,9 +198,8 @@ Value* TorchHooks::reduce(Value* made) {
     bool plain_call = made->how == MakeHow::reduce;
 
     if (mod == "collections" && name == "OrderedDict" && a.empty()) {
-        Value* d = m_arena.make(ValueKind::dict, made->offset);
+        Value* d = retype(made, ValueKind::dict);
         d->s2 = "collections.OrderedDict";
-        d->raw = made;
         return d;
     }
     if (mod == "torch._utils" && plain_call &&
@@ -207,7 +210,7 @@ Value* TorchHooks::reduce(Value* made) {
         if (a.size() < 3 || a[0]->kind != ValueKind::tensor) bad(made, std::string(name) + " without a tensor");
         TensorInfo t = m_tensors[static_cast<size_t>(a[0]->i)];
         t.is_parameter = true;
-        t.requires_grad = a[1]->i != 0;
+        t.requires_grad = is_int(a[1]) && a[1]->i != 0;
         return tensor_value(std::move(t), made);
     }
     if (mod == "torch._tensor" && name == "_rebuild_from_type_v2" && plain_call && a.size() >= 3 &&
@@ -225,18 +228,18 @@ Value* TorchHooks::reduce(Value* made) {
         return tensor_value(std::move(info), made);
     }
     if (mod == "torch" && name == "Size" && a.size() == 1 && a[0]->kind == ValueKind::tuple) {
-        Value* s = m_arena.make(ValueKind::tuple, made->offset);
-        s->items = a[0]->items;
-        s->depth = a[0]->depth;
+        const Value* sizes = a[0];
+        Value* s = retype(made, ValueKind::tuple);
+        s->items = sizes->items;
+        s->depth = sizes->depth;
         s->s2 = "torch.Size";
-        s->raw = made;
         return s;
     }
     if (mod == "torch" && name == "device" && !a.empty() && a[0]->kind == ValueKind::string) {
-        Value* d = m_arena.make(ValueKind::device, made->offset);
         std::string_view type = a[0]->s;
-        d->i = -1;
-        if (a.size() > 1 && a[1]->kind == ValueKind::integer) d->i = a[1]->i;
+        int64_t index = a.size() > 1 && a[1]->kind == ValueKind::integer ? a[1]->i : -1;
+        Value* d = retype(made, ValueKind::device);
+        d->i = index;
         size_t colon = type.find(':');
         if (colon != std::string_view::npos) {
             std::string idx(type.substr(colon + 1));
@@ -244,26 +247,24 @@ Value* TorchHooks::reduce(Value* made) {
             type = type.substr(0, colon);
         }
         d->s = type;
-        d->raw = made;
         return d;
     }
     if (mod == "builtins" && (name == "set" || name == "frozenset") && plain_call) {
-        Value* s = m_arena.make(name == "set" ? ValueKind::set : ValueKind::frozenset, made->offset);
-        if (!a.empty() && (a[0]->kind == ValueKind::list || a[0]->kind == ValueKind::tuple)) {
-            s->items = a[0]->items;
-            s->depth = a[0]->depth;
-        } else if (!a.empty()) {
-            return nullptr;
+        if (!a.empty() && a[0]->kind != ValueKind::list && a[0]->kind != ValueKind::tuple) return nullptr;
+        const Value* from = a.empty() ? nullptr : a[0];
+        Value* s = retype(made, name == "set" ? ValueKind::set : ValueKind::frozenset);
+        if (from) {
+            s->items = from->items;
+            s->depth = from->depth;
         }
-        s->raw = made;
         return s;
     }
     if (mod == "builtins" && name == "complex" && plain_call && a.size() == 2 &&
         a[0]->kind == ValueKind::floating && a[1]->kind == ValueKind::floating) {
-        Value* z = m_arena.make(ValueKind::complex, made->offset);
-        z->f = a[0]->f;
-        z->f2 = a[1]->f;
-        z->raw = made;
+        double re = a[0]->f, im = a[1]->f;
+        Value* z = retype(made, ValueKind::complex);
+        z->f = re;
+        z->f2 = im;
         return z;
     }
     if (mod == "_codecs" && name == "encode" && plain_call && !a.empty() &&
@@ -291,16 +292,15 @@ Value* TorchHooks::reduce(Value* made) {
         } else {
             return nullptr;
         }
-        Value* b = m_arena.make(ValueKind::bytes, made->offset);
+        Value* b = retype(made, ValueKind::bytes);
         b->s = m_arena.own(std::move(out));
-        b->raw = made;
         return b;
     }
     if (mod == "builtins" && name == "bytearray" && plain_call && a.size() == 1 &&
         a[0]->kind == ValueKind::bytes) {
-        Value* b = m_arena.make(ValueKind::bytearray, made->offset);
-        b->s = a[0]->s;
-        b->raw = made;
+        std::string_view data = a[0]->s;
+        Value* b = retype(made, ValueKind::bytearray);
+        b->s = data;
         return b;
     }
     return nullptr;

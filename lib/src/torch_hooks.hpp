@@ -19,13 +19,24 @@ public:
         : m_arena(arena), m_storages(storages), m_tensors(tensors), m_globals(globals),
           m_problems(problems), m_record(std::move(record)) {}
 
+    // Room for `n` storages and tensors, so that the tables are written once, not copied as they grow.
+    void reserve(size_t n) {
+        m_storages.reserve(m_storages.size() + n);
+        m_tensors.reserve(m_tensors.size() + n);
+        m_storage_values.reserve(n);
+        m_storage_by_key.reserve(n);
+    }
     Value* global(Value* g) override;
     Value* reduce(Value* made) override;
     Value* persistent_load(Value* pid, uint64_t offset) override;
 
 private:
     Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
-    Value* tensor_value(TensorInfo info, Value* raw);
+    // `made`, the object the VM built for a call and handed to reduce (nothing refers to it yet),
+    // cleared to an empty value of `kind` at the same offset: the typed value takes its place
+    // instead of a second value (two fewer values per tensor).
+    static Value* retype(Value* made, ValueKind kind);
+    Value* tensor_value(TensorInfo info, Value* made);
     [[noreturn]] void bad(const Value* at, const std::string& what) const;
 
     ValueArena& m_arena;

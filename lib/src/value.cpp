@@ -32,13 +32,14 @@ void ValueArena::FreeBlock::operator()(void* p) const {
     else std::free(p);
 }
 
-ValueArena::Block ValueArena::new_block(size_t bytes) {
-    if (bytes < k_huge_page / 2) {
+ValueArena::Block ValueArena::new_block(size_t& bytes) {
+    if (bytes < k_huge_page / 4) {
         void* p = std::malloc(bytes);
         if (!p) throw std::bad_alloc();
         return Block(p, FreeBlock{0});
     }
-    // Map one huge page more than needed and unmap what lies outside the aligned range.
+    // Map one huge page more than needed and unmap what lies outside the aligned range. The caller
+    // gets the whole rounded size: a huge page is faulted in (and paid for) whole.
     size_t size = (bytes + k_huge_page - 1) / k_huge_page * k_huge_page;
     void* map = ::mmap(nullptr, size + k_huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) throw std::bad_alloc();
@@ -47,6 +48,7 @@ ValueArena::Block ValueArena::new_block(size_t bytes) {
     if (aligned + size < at + size + k_huge_page) ::munmap(reinterpret_cast<void*>(aligned + size), at + k_huge_page - aligned);
     void* p = reinterpret_cast<void*>(aligned);
     ::madvise(p, size, MADV_HUGEPAGE);  // a hint: without huge pages to give, ordinary pages
+    bytes = size;
     return Block(p, FreeBlock{size});
 }
 
@@ -55,11 +57,12 @@ Value* ValueArena::make(ValueKind kind, uint64_t offset) {
         throw Error(ErrorKind::limit, "",
                     "pickle builds more than " + std::to_string(m_max) + " values", offset);
     if (m_value_left == 0) {
-        // 64 values first (a small pickle), doubling to a 2 MiB block.
-        m_value_block = m_value_block ? std::min(m_value_block * 2, k_huge_page / sizeof(Value)) : 64;
-        m_blocks.push_back(new_block(m_value_block * sizeof(Value)));
+        // 8 KiB first (a small pickle), doubling to 2 MiB.
+        m_value_block = m_value_block ? std::min(m_value_block * 2, k_huge_page) : 8192;
+        size_t bytes = m_value_block;
+        m_blocks.push_back(new_block(bytes));
         m_value_next = static_cast<Value*>(m_blocks.back().get());
-        m_value_left = m_value_block;
+        m_value_left = bytes / sizeof(Value);
     }
     Value* v = new (m_value_next++) Value();
     --m_value_left;
@@ -73,13 +76,15 @@ Value** ValueArena::slots(size_t n) {
     constexpr size_t k_max_block = k_huge_page / sizeof(Value*);
     if (n > m_slot_left) {
         if (n > k_max_block / 4) {  // a long list gets a block of its own
-            m_blocks.push_back(new_block(n * sizeof(Value*)));
+            size_t bytes = n * sizeof(Value*);
+            m_blocks.push_back(new_block(bytes));
             return static_cast<Value**>(m_blocks.back().get());
         }
-        m_slot_block = m_slot_block ? std::min(m_slot_block * 2, k_max_block) : 256;
-        m_blocks.push_back(new_block(m_slot_block * sizeof(Value*)));
+        m_slot_block = m_slot_block ? std::min(m_slot_block * 2, k_huge_page) : 2048;
+        size_t bytes = m_slot_block;
+        m_blocks.push_back(new_block(bytes));
         m_slot_next = static_cast<Value**>(m_blocks.back().get());
-        m_slot_left = m_slot_block;
+        m_slot_left = bytes / sizeof(Value*);
     }
     Value** out = m_slot_next;
     m_slot_next += n;
@@ -117,12 +122,14 @@ std::string_view ValueArena::own(std::string_view text) {
     constexpr size_t chunk = 64 * 1024;
     if (text.size() > m_text_left) {
         if (text.size() > chunk / 4) {  // a long text gets a block of its own
-            m_blocks.push_back(new_block(text.size()));
+            size_t bytes = text.size();
+            m_blocks.push_back(new_block(bytes));
             char* p = static_cast<char*>(m_blocks.back().get());
             std::memcpy(p, text.data(), text.size());
             return {p, text.size()};
         }
-        m_blocks.push_back(new_block(chunk));
+        size_t bytes = chunk;
+        m_blocks.push_back(new_block(bytes));
         m_text_next = static_cast<char*>(m_blocks.back().get());
         m_text_left = chunk;
     }

@@ -164,6 +164,23 @@ TEST_CASE("pickle: hostile programs fail cleanly") {
     SECTION("SETITEM on a list") {
         CHECK(error_of("\x80\x02]K\x01K\x02s.") == ErrorKind::corrupt);
     }
+    SECTION("BUILD on a tuple, empty or not (Python fails too, unless the state is empty)") {
+        CHECK(error_of("\x80\x02)}b.", &msg) == ErrorKind::corrupt);
+        CHECK_THAT(msg, Catch::Contains("BUILD on a tuple"));
+        CHECK(error_of("\x80\x02(K\x01t}b.") == ErrorKind::corrupt);
+    }
+}
+
+TEST_CASE("pickle: the empty tuple is one shared value that no opcode can change") {
+    // Every tensor's OrderedDict() call pushes one: they share a constant, as ints 0..255 do.
+    Run r("\x80\x02))\x86q\x01.");
+    REQUIRE(r.root->kind == ValueKind::tuple);
+    REQUIRE(r.root->items.size() == 2);
+    CHECK(r.root->items[0] == r.root->items[1]);
+    CHECK(r.root->items[0] == r.arena.empty_tuple());
+    CHECK(r.arena.empty_tuple()->items.empty());
+    CHECK(error_of("\x80\x02)K\x01" "a.") == ErrorKind::corrupt);  // APPEND
+    CHECK(error_of("\x80\x02)K\x01K\x02s.") == ErrorKind::corrupt);  // SETITEM
 }
 
 TEST_CASE("pickle: a traced run refuses short stacks as an untraced one does") {

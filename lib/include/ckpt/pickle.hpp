@@ -26,10 +26,11 @@ class PickleHooks {
 public:
     virtual ~PickleHooks() = default;
     // A GLOBAL or STACK_GLOBAL (module already mapped to its Python 3 name). Returns the value to push:
-    // the arena global `g` itself, or a typed value (a dtype).
+    // the arena global `g` itself, possibly retyped in place (a dtype); `g` is new, nothing refers to it.
     virtual Value* global(Value* g) { return g; }
     // REDUCE / NEWOBJ of `callable` with `args` (a tuple). `made` is the opaque object the VM built for
-    // it; return a typed value to push instead, or nullptr to push `made` itself.
+    // it, new, so nothing refers to it yet; return the typed value to push instead (which may be
+    // `made` itself, retyped in place), or nullptr to push `made` as it is.
     virtual Value* reduce(Value* made) { (void)made; return nullptr; }
     // BINPERSID / PERSID. Return the value to push; the default refuses.
     virtual Value* persistent_load(Value* pid, uint64_t offset);

@@ -28,7 +28,7 @@ public:
     template <class NameOf>
     size_t find(std::string_view name, NameOf&& name_of) const {
         if (m_slots.empty()) return npos;
-        uint64_t h = string_hash(name);
+        uint32_t h = static_cast<uint32_t>(string_hash(name));
         for (size_t i = h & m_mask;; i = (i + 1) & m_mask) {
             const Slot& s = m_slots[i];
             if (s.pos_plus_1 == 0) return npos;
@@ -36,15 +36,16 @@ public:
         }
     }
     // Adds name → pos unless the name is there already. Returns the position stored for the name
-    // and whether it was added.
+    // and whether it was added. Positions stop below 2^32 - 1 (Error(limit) past that).
     template <class NameOf>
     std::pair<size_t, bool> insert(std::string_view name, size_t pos, NameOf&& name_of) {
+        if (pos >= k_max_pos) too_many();
         reserve(m_size + 1);
-        uint64_t h = string_hash(name);
+        uint32_t h = static_cast<uint32_t>(string_hash(name));
         for (size_t i = h & m_mask;; i = (i + 1) & m_mask) {
             Slot& s = m_slots[i];
             if (s.pos_plus_1 == 0) {
-                s = {h, pos + 1};
+                s = {h, static_cast<uint32_t>(pos + 1)};
                 ++m_size;
                 return {pos, true};
             }
@@ -53,11 +54,16 @@ public:
     }
 
 private:
+    // 8 bytes: the hash's low half (which picks the slot, as the table stays below 2^32 slots) and
+    // the position. Every page of the table is touched, and on the bench VM a fresh page costs more
+    // than all the probes into it (docs/performance.md).
     struct Slot {
-        uint64_t hash = 0;
-        size_t pos_plus_1 = 0;  // 0: empty
+        uint32_t hash = 0;
+        uint32_t pos_plus_1 = 0;  // 0: empty
     };
+    static constexpr size_t k_max_pos = UINT32_MAX - 1;
     void grow(size_t n);
+    [[noreturn]] static void too_many();
 
     std::vector<Slot> m_slots;
     size_t m_mask = 0;

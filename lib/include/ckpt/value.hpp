@@ -28,11 +28,13 @@ enum class ValueKind : uint8_t {
     frozenset,    // items
     global,       // s: module, s2: name (a reference to a class or function; never resolved)
     object,       // an opaque instance: callable + args (+ state, items, entries); see `how`
-    tensor,       // i: index into the reader's tensor table; raw: the rebuild call
-    storage,      // i: index into the reader's storage table; raw: the persistent id tuple
-    dtype,        // s2: dtype name ("float32"); raw: the global
-    device,       // s: "cpu", "cuda", …; i: index or -1; raw: the torch.device call
+    tensor,       // i: index into the reader's tensor table
+    storage,      // i: index into the reader's storage table
+    dtype,        // s2: dtype name ("float32")
+    device,       // s: "cpu", "cuda", …; i: index or -1
 };
+// Typed values (tensor, storage, dtype, device, torch.Size, OrderedDict() …) take the place of the
+// object or global the VM made for the call: a hook retypes that value, which nothing refers to yet.
 
 // How an opaque object was made, so it can be written back the same way.
 enum class MakeHow : uint8_t { reduce, newobj, newobj_ex, inst, obj };
@@ -88,17 +90,18 @@ struct Value {
     ValueKind kind = ValueKind::none;
     MakeHow how = MakeHow::reduce;
     uint32_t depth = 0;       // nesting depth below this value (as built), capped by the VM
-    int64_t i = 0;
-    double f = 0, f2 = 0;
+    union {
+        int64_t i = 0;        // kinds that hold an int (see ValueKind); read only after checking the kind
+        double f;             // floating, complex
+    };
+    double f2 = 0;
     std::string_view s;
     std::string_view s2;      // global name; type name of typed containers
     ValueList items;
     ValueList entries;            // key, value, key, value, …
     Value* callable = nullptr;    // object: the class or function (a global)
-    Value* args = nullptr;        // object: the argument tuple (kwargs dict second for newobj_ex)
-    Value* kwargs = nullptr;
+    Value* args = nullptr;        // object: the argument tuple (NEWOBJ_EX's kwargs are not kept)
     Value* state = nullptr;       // BUILD state (object attributes, OrderedDict._metadata …)
-    Value* raw = nullptr;         // typed values: the object they were rebuilt from
     uint64_t offset = 0;          // file offset of the opcode that made it
 
     bool is(ValueKind k) const { return kind == k; }
@@ -137,6 +140,9 @@ public:
     ValueList list_of(ValueSpan values);
 
     Value* none() { return &m_none; }
+    // The empty tuple is one shared constant too: the VM never adds to a tuple (APPEND, SETITEM and
+    // BUILD on one are refused), and every tensor's OrderedDict() call makes one.
+    Value* empty_tuple() { return &m_empty_tuple; }
     Value* boolean(bool b) { return b ? &m_true : &m_false; }
     // Ints 0..255 are shared constants (offset 0), as none and the booleans are: the VM never
     // changes an int (BUILD on one is refused), and a tensor's sizes, strides and offset are
@@ -150,10 +156,12 @@ private:
         void operator()(void* p) const;
     };
     using Block = std::unique_ptr<void, FreeBlock>;
-    // A block of `bytes`: from 1 MiB up, a mapping of its own in 2 MiB-aligned huge pages, returned to
-    // the kernel when freed (from malloc, a checkpoint freed before the next is opened, as the
-    // writers do, left its blocks in the heap: strip-prefix of 100,000 tensors peaked 130 MiB higher).
-    static Block new_block(size_t bytes);
+    // A block of at least `bytes`, which it sets to the block's size: from 512 KiB up, a mapping of its
+    // own in 2 MiB-aligned huge pages, returned to the kernel when freed (from malloc, a checkpoint
+    // freed before the next is opened, as the writers do, left its blocks in the heap: strip-prefix
+    // of 100,000 tensors peaked 130 MiB higher). On the bench VM a fresh page costs far more than
+    // anything done with it: 3 ms per MiB touched in 4 KiB pages, 1.1–1.5 ms in huge pages.
+    static Block new_block(size_t& bytes);
     void grow(ValueList& list, size_t more);
     Value** slots(size_t n);
 
@@ -161,9 +169,9 @@ private:
     uint64_t m_count = 0;
     std::vector<Block> m_blocks;     // values, list slots and texts
     Value* m_value_next = nullptr;   // the current block of values: next free, and how many left
-    size_t m_value_left = 0, m_value_block = 0;
+    size_t m_value_left = 0, m_value_block = 0;  // values left; bytes of the last block asked for
     Value** m_slot_next = nullptr;   // the current block of list slots
-    size_t m_slot_left = 0, m_slot_block = 0;
+    size_t m_slot_left = 0, m_slot_block = 0;    // the same for list slots
     char* m_text_next = nullptr;
     size_t m_text_left = 0;
     static Value make_constant(ValueKind kind, int64_t i) {
@@ -175,6 +183,7 @@ private:
     Value m_none = make_constant(ValueKind::none, 0);
     Value m_true = make_constant(ValueKind::boolean, 1);
     Value m_false = make_constant(ValueKind::boolean, 0);
+    Value m_empty_tuple = make_constant(ValueKind::tuple, 0);
     static constexpr int k_small_ints = 256;
     Value m_small_ints[k_small_ints];
 };
