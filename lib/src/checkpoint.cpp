@@ -147,8 +147,9 @@ void Checkpoint::Builder::read_torch_zip() {
     if (!pkl)
         throw Error(ErrorKind::format, "", "zip archive without " + prefix + "data.pkl: not a torch.save checkpoint");
     if (c.m_zip->find(prefix + "constants.pkl") || c.m_zip->find(prefix + "code/")) c.m_format = Format::torchscript;
+    const std::string code = prefix + "code/";
     for (const auto& e : entries)
-        if (starts_with(e.name, prefix + "code/")) {
+        if (starts_with(e.name, code)) {
             c.m_format = Format::torchscript;
             break;
         }
@@ -182,8 +183,10 @@ void Checkpoint::Builder::read_torch_zip() {
     c.m_root_value = r.root;
     c.m_protocol = r.protocol;
 
+    const std::string data = prefix + "data/";
     for (auto& s : c.m_storages) {
-        s.record = prefix + "data/" + s.key;
+        s.record.reserve(data.size() + s.key.size());
+        s.record.append(data).append(s.key);
         if (const ZipEntry* e = c.m_zip->find(s.record)) {
             s.record_present = true;
             s.record_size = e->size;
@@ -358,6 +361,7 @@ void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
     sd.path = path;
     sd.value = d;
     sd.entries.reserve(d->dict_size());
+    std::string full;
     for (size_t i = 0; i < d->dict_size(); ++i) {
         const Value* k = d->dict_key(i);
         const Value* v = d->dict_value(i);
@@ -365,8 +369,8 @@ void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
             ++sd.other_values;
             continue;
         }
-        std::string full = path.empty() ? std::string(k->s) : path + "." + std::string(k->s);
-        size_t entry = entry_by_key.find(full, entry_key());
+        if (!path.empty()) full.assign(path).append(".").append(k->s);
+        size_t entry = entry_by_key.find(path.empty() ? k->s : std::string_view(full), entry_key());
         if (entry != StringIndex::npos) sd.entries.push_back({std::string(k->s), entry});
     }
     sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");

@@ -255,7 +255,8 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
         }
     if (!best || best->matched <= d.matched) return d;
     if (file.kind == "checkpoint") {
-        std::vector<std::string> all;
+        std::vector<std::string_view> all;
+        all.reserve(file.keys.size());
         for (const auto& k : file.keys) all.push_back(k.name);
         bool wrapper = best->add.empty() && best->strip == wrapper_prefix(all);
         best->command = strip_prefix_command(file.path, file.state_dict_path,

@@ -64,7 +64,8 @@ OptimizerSummary summarise(const OptimizerRef& o) {
 
 void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
     const StateDict& sd = c.state_dict();
-    std::vector<std::string> names;
+    std::vector<std::string_view> names;
+    names.reserve(sd.entries.size());
     for (const auto& e : sd.entries) names.push_back(e.name);
     if (names.empty()) return;
     std::string n = std::to_string(names.size());

@@ -3,14 +3,14 @@
 namespace ckpt {
 
 namespace {
-bool all_start_with(const std::vector<std::string>& keys, size_t from, std::string_view p) {
-    for (const auto& k : keys)
-        if (k.compare(from, p.size(), p) != 0 || k.size() < from + p.size()) return false;
+bool all_start_with(const std::vector<std::string_view>& keys, size_t from, std::string_view p) {
+    for (std::string_view k : keys)
+        if (k.size() < from + p.size() || k.compare(from, p.size(), p) != 0) return false;
     return true;
 }
 }  // namespace
 
-std::string wrapper_prefix(const std::vector<std::string>& keys) {
+std::string wrapper_prefix(const std::vector<std::string_view>& keys) {
     if (keys.empty()) return "";
     std::string prefix;
     while (true) {
@@ -25,12 +25,12 @@ std::string wrapper_prefix(const std::vector<std::string>& keys) {
     }
 }
 
-std::string common_leading_component(const std::vector<std::string>& keys) {
+std::string common_leading_component(const std::vector<std::string_view>& keys) {
     if (keys.size() < 2) return "";
     size_t dot = keys.front().find('.');
-    if (dot == std::string::npos) return "";
-    std::string first = keys.front().substr(0, dot + 1);
-    return all_start_with(keys, 0, first) ? first : "";
+    if (dot == std::string_view::npos) return "";
+    std::string_view first = keys.front().substr(0, dot + 1);
+    return all_start_with(keys, 0, first) ? std::string(first) : "";
 }
 
 bool glob_match(std::string_view p, std::string_view t) {

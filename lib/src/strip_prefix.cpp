@@ -103,7 +103,8 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
     if (keys.empty()) fail("the state dict" + where + " has no keys");
 
     if (options.prefixes.empty() && options.add_prefix.empty()) {
-        std::string wp = wrapper_prefix(keys);
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        std::string wp = wrapper_prefix(views);
         if (wp.empty()) {
             size_t with_module = 0, with_compile = 0;
             for (const auto& k : keys) {
@@ -112,7 +113,7 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
             }
             std::string why = "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\"";
             std::string n = std::to_string(keys.size());
-            std::string lead = common_leading_component(keys);
+            std::string lead = common_leading_component(views);
             if (with_module)
                 why += " (" + std::to_string(with_module) + " of " + n +
                        " keys start with \"module.\"; --prefix module. strips it from those)";

@@ -1,5 +1,7 @@
 #include "torch_hooks.hpp"
 
+#include <charconv>
+
 #include "ckpt/error.hpp"
 
 namespace ckpt {
@@ -7,6 +9,12 @@ namespace ckpt {
 namespace {
 
 bool is_int(const Value* v) { return v->kind == ValueKind::integer || v->kind == ValueKind::boolean; }
+
+// Appends the decimal text of `v` (std::to_string makes a string of each number).
+void append_int(std::string& out, int64_t v) {
+    char buf[24];
+    out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
 
 // A tuple of ints (a torch.Size is a tuple too).
 bool int_tuple(const Value* v, std::vector<int64_t>& out) {
@@ -107,7 +115,9 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     Value* v = m_arena.make(ValueKind::storage, offset);  // the id tuple may sit in the memo: a new value
     v->i = static_cast<int64_t>(m_storages.size());
     std::string& text = m_scratch;  // one buffer for every storage's text: no allocation each
-    text.assign(dtype_name(s.dtype)).append(", ").append(std::to_string(s.numel)).append(" elements, key ").append(k);
+    text.assign(dtype_name(s.dtype)).append(", ");
+    append_int(text, static_cast<int64_t>(s.numel));
+    text.append(" elements, key ").append(k);
     v->s = m_arena.own(text);
     m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
@@ -129,7 +139,7 @@ Value* TorchHooks::tensor_value(TensorInfo info, Value* made) {
     v->i = static_cast<int64_t>(m_tensors.size());
     std::string& text = m_scratch;
     text.assign(dtype_name(info.dtype)).append("[");
-    for (size_t n = 0; n < info.shape.size(); ++n) text.append(n ? ", " : "").append(std::to_string(info.shape[n]));
+    for (size_t n = 0; n < info.shape.size(); ++n) append_int(text.append(n ? ", " : ""), info.shape[n]);
     v->s = m_arena.own(text.append("]"));
     m_tensors.push_back(std::move(info));
     return v;
