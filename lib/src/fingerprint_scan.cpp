@@ -39,7 +39,7 @@ bool whole_record(const TensorInfo& t, ByteView record) {
 namespace {
 
 struct Selected {
-    std::string key;
+    std::string_view key;  // the checkpoint's own text
     size_t tensor;
 };
 
@@ -79,6 +79,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     f.scope = o.all ? "all" : "state_dict";
 
     std::vector<Selected> selected;
+    selected.reserve(o.all ? c.tensors().size() : c.state_dict().entries.size());
     if (o.all) {
         for (const Entry& e : c.entries())
             if (e.tensor) selected.push_back({e.key, *e.tensor});
@@ -102,7 +103,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
         return t.numel == 0 || static_cast<uint64_t>(t.storage_offset) + t.extent <= cap;
     };
 
-    std::unordered_map<std::string, size_t> storage_of_record;
+    std::unordered_map<std::string_view, size_t> storage_of_record;
     for (size_t i = 0; i < storages.size(); ++i) storage_of_record.emplace(storages[i].record, i);
     std::unordered_map<size_t, size_t> item_of_storage;
     std::vector<WorkItem> items;
@@ -114,6 +115,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     }
     std::unordered_map<size_t, size_t> slot_of_tensor;
     std::vector<TensorStats> slots;
+    slots.reserve(selected.size());
     for (const Selected& s : selected) {
         if (slot_of_tensor.count(s.tensor) || !readable(s.tensor)) continue;
         slot_of_tensor.emplace(s.tensor, slots.size());
@@ -207,6 +209,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     for (auto& t : pool) t.join();
     if (failure) std::rethrow_exception(failure);
 
+    f.tensors.reserve(selected.size());
     for (const Selected& s : selected) {
         TensorPrint p;
         p.key = s.key;

@@ -133,17 +133,7 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
 class JsonOut {
 public:
     explicit JsonOut(std::ostream& out) : m_out(out) {}
-    void string(std::string_view s) {
-        bool plain = true;
-        for (unsigned char ch : s) plain = plain && ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
-        if (plain) {
-            m_buf += '"';
-            m_buf += s;
-            m_buf += '"';
-        } else {  // escapes and UTF-8 repair: nlohmann's own
-            m_buf += nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        }
-    }
+    void string(std::string_view s) { append_json_string(m_buf, s, true); }
     void number(uint64_t v) { m_buf += std::to_string(v); }
     void number(int64_t v) { m_buf += std::to_string(v); }
     void boolean(bool b) { m_buf += b ? "true" : "false"; }

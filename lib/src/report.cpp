@@ -59,6 +59,20 @@ void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann
     static_cast<Base&>(members).emplace_back(std::move(key), std::move(value));
 }
 
+void append_json_string(std::string& out, std::string_view s, bool replace_invalid) {
+    bool plain = true;
+    for (unsigned char ch : s) plain = plain && ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    if (plain) {
+        out += '"';
+        out += s;
+        out += '"';
+        return;
+    }
+    out += nlohmann::json(std::string(s)).dump(-1, ' ', false,
+                                               replace_invalid ? nlohmann::json::error_handler_t::replace
+                                                               : nlohmann::json::error_handler_t::strict);
+}
+
 std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback) {
     if (!j.is_object()) return fallback;
     auto it = j.find(name);

@@ -80,6 +80,7 @@ def test_convert(s):
     sd["slice"] = base.float()[2:5, 1:7]
     sd["empty"] = torch.zeros(0, 3)
     sd["scalar"] = torch.tensor(1.5)
+    sd['odd "name"\\ \u00e9\t'] = base.float()[0].clone()  # a header key that needs JSON escapes
     src = s.path("model.pth")
     torch.save(sd, src)
     out = s.path("model.safetensors")

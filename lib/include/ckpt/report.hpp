@@ -54,6 +54,11 @@ std::string json_string_or(const nlohmann::json& j, const char* name, std::strin
 // string compares that way (measured: convert of 100,000 tensors took 246 s).
 void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value);
 
+// Appends `s` as a JSON string, as nlohmann's dump writes it: between quotes as it is when nothing
+// in it needs an escape (the usual name), through dump otherwise. Invalid UTF-8 becomes U+FFFD when
+// `replace_invalid`, else throws nlohmann's type_error, as dump does.
+void append_json_string(std::string& out, std::string_view s, bool replace_invalid);
+
 // A word for the shell: as it is when it is plain, single-quoted otherwise.
 std::string shell_quote(const std::string& s);
 // The exact `ckpt-tool strip-prefix` command line that repairs `file`: strips `strip` (none: the

@@ -119,11 +119,10 @@ struct Value {
 // and faulting it in 4 KiB pages was a third of inspect's time (system time).
 class ValueArena {
 public:
-    explicit ValueArena(uint64_t max_values = 20'000'000) : m_max(max_values) {
-        for (int n = 0; n < k_small_ints; ++n) m_small_ints[n] = make_constant(ValueKind::integer, n);
-    }
+    explicit ValueArena(uint64_t max_values = 20'000'000);
     ValueArena(const ValueArena&) = delete;
     ValueArena& operator=(const ValueArena&) = delete;
+    ~ValueArena();
 
     // Throws Error(limit) past the cap.
     Value* make(ValueKind kind, uint64_t offset = 0);
@@ -162,6 +161,8 @@ private:
     // of 100,000 tensors peaked 130 MiB higher). On the bench VM a fresh page costs far more than
     // anything done with it: 3 ms per MiB touched in 4 KiB pages, 1.1–1.5 ms in huge pages.
     static Block new_block(size_t& bytes);
+    // new_block, or for a huge page, the one made ahead when it is ready.
+    Block block(size_t& bytes);
     void grow(ValueList& list, size_t more);
     Value** slots(size_t n);
 
@@ -186,6 +187,10 @@ private:
     Value m_empty_tuple = make_constant(ValueKind::tuple, 0);
     static constexpr int k_small_ints = 256;
     Value m_small_ints[k_small_ints];
+    // From the first huge block on (a pickle of some 4,000 values and more), the next 2 MiB block is
+    // mapped and faulted in by a thread of its own while this one fills the current block.
+    class Ahead;
+    std::unique_ptr<Ahead> m_ahead;
 };
 
 // Python-like text of a value, cut to about `max_chars` (with "…"); never recurses deeper than
