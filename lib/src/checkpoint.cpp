@@ -533,6 +533,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const Open
         std::string key;
         std::unordered_set<const Value*> on_path;
         c->m_entries.reserve(c->m_tensors.size());  // a hint: most leaves of a checkpoint are tensors
+        advise_huge_pages(c->m_entries);
         b.entry_by_key.reserve(c->m_tensors.size());
         b.flatten(c->m_root_value, key, 0, on_path);
         b.check_storages();

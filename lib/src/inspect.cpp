@@ -7,6 +7,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/optimizer.hpp"
 #include "ckpt/report.hpp"
+#include "huge_pages.hpp"
 
 namespace ckpt {
 
@@ -109,6 +110,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         if (!sd_name[e.entry]) sd_name[e.entry] = &e.name;
     std::vector<size_t> users = c.storage_users();
     r.tensors.reserve(c.tensors().size());
+    advise_huge_pages(r.tensors);
 
     std::vector<char> counted_all(c.tensors().size());  // a tensor object at two keys counts once
     for (size_t i = 0; i < c.entries().size(); ++i) {

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "ckpt/error.hpp"
+#include "huge_pages.hpp"
 
 namespace ckpt {
 
@@ -18,6 +19,8 @@ void StringIndex::grow(size_t n) {
     size_t cap = 16;
     while (cap * 3 < n * 4) cap *= 2;  // load ≤ 3/4
     std::vector<Slot> old = std::move(m_slots);
+    m_slots.reserve(cap);
+    advise_huge_pages(m_slots);
     m_slots.assign(cap, Slot{});
     m_mask = cap - 1;
     for (const Slot& s : old) {

@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/pickle.hpp"
 #include "ckpt/string_index.hpp"
+#include "huge_pages.hpp"
 
 namespace ckpt {
 
@@ -23,6 +24,8 @@ public:
     void reserve(size_t n) {
         m_storages.reserve(m_storages.size() + n);
         m_tensors.reserve(m_tensors.size() + n);
+        advise_huge_pages(m_storages);
+        advise_huge_pages(m_tensors);
         m_storage_values.reserve(n);
         m_storage_by_key.reserve(n);
     }

@@ -39,6 +39,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "huge_pages.hpp"
+
 namespace ckpt {
 
 namespace {
@@ -135,6 +137,7 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
 
     ByteReader r(*file.sub(cd_offset, cd_size), "zip central directory", cd_offset);
     zip.m_entries.reserve(count);
+    advise_huge_pages(zip.m_entries);
     zip.m_by_name.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
         ZipEntry e;
