@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -204,7 +205,13 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
     threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, items.size())));
     std::vector<std::thread> pool;
-    for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
+    for (unsigned i = 1; i < threads; ++i) {
+        try {
+            pool.emplace_back(worker);
+        } catch (const std::system_error&) {
+            break;  // no more threads to be had (a process limit): fewer workers share the items
+        }
+    }
     worker();
     for (auto& t : pool) t.join();
     if (failure) std::rethrow_exception(failure);

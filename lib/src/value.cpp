@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <sys/mman.h>
@@ -130,11 +131,17 @@ ValueArena::~ValueArena() = default;
 
 ValueArena::Block ValueArena::block(size_t& bytes) {
     if (bytes < k_huge_page / 4 || bytes > k_huge_page) return new_block(bytes);
-    if (!m_ahead) {
-        m_ahead = std::make_unique<Ahead>();
-    } else if (Block b = m_ahead->take()) {
-        bytes = k_huge_page;
-        return b;
+    if (m_ahead) {
+        if (Block b = m_ahead->take()) {
+            bytes = k_huge_page;
+            return b;
+        }
+    } else if (!m_no_ahead) {
+        try {
+            m_ahead = std::make_unique<Ahead>();
+        } catch (const std::system_error&) {
+            m_no_ahead = true;  // no thread to be had: this one maps every block
+        }
     }
     return new_block(bytes);
 }

@@ -191,6 +191,7 @@ private:
     // mapped and faulted in by a thread of its own while this one fills the current block.
     class Ahead;
     std::unique_ptr<Ahead> m_ahead;
+    bool m_no_ahead = false;  // its thread could not be started
 };
 
 // Python-like text of a value, cut to about `max_chars` (with "…"); never recurses deeper than
