@@ -10,10 +10,12 @@
 
 namespace ckpt {
 
+constexpr size_t k_huge_page = size_t{2} << 20;
+
 // Advises the whole 2 MiB pages inside [p, p + bytes): a hint, without effect on smaller ranges or
 // where the kernel has no huge pages to give.
 inline void advise_huge_pages(const void* p, size_t bytes) {
-    constexpr uintptr_t k_huge = uintptr_t{2} << 20;
+    constexpr uintptr_t k_huge = k_huge_page;
     uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + k_huge - 1) & ~(k_huge - 1);
     uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(k_huge - 1);
     if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include "ckpt/error.hpp"
+#include "huge_pages.hpp"
 
 namespace ckpt {
 
@@ -28,7 +29,6 @@ Value* Value::get(std::string_view key) const {
 }
 
 namespace {
-constexpr size_t k_huge_page = 2u << 20;
 static_assert(std::is_trivially_destructible_v<Value>, "arena blocks are freed without running destructors");
 }
 
@@ -52,7 +52,7 @@ ValueArena::Block ValueArena::new_block(size_t& bytes) {
     if (aligned > at) ::munmap(map, aligned - at);
     if (aligned + size < at + size + k_huge_page) ::munmap(reinterpret_cast<void*>(aligned + size), at + k_huge_page - aligned);
     void* p = reinterpret_cast<void*>(aligned);
-    ::madvise(p, size, MADV_HUGEPAGE);  // a hint: without huge pages to give, ordinary pages
+    advise_huge_pages(p, size);
     bytes = size;
     return Block(p, FreeBlock{size});
 }
