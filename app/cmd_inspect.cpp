@@ -15,6 +15,7 @@ struct InspectArgs {
     bool all = false;
     std::string state_dict_key;
     std::vector<std::string> keys;
+    AllowArgs allow;
 };
 }  // namespace
 
@@ -26,7 +27,9 @@ Runner setup_inspect(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--state-dict-key", a->state_dict_key,
                    "Dotted path of the state dict inside the file (default: detected)");
     sub.add_option("--keys", a->keys, "List only tensors whose key matches this glob (repeatable)");
+    add_allow_options(sub, a->allow);
     return [a, &global]() {
+        auto policy = a->allow.policy();
         ckpt::OpenOptions open;
         if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
         auto c = ckpt::Checkpoint::open(a->file, open);
@@ -35,6 +38,7 @@ Runner setup_inspect(CLI::App& sub, const GlobalOptions& global) {
         ckpt::InspectOptions options;
         options.key_globs = a->keys;
         options.all = a->all;
+        options.policy = policy.get();
         ckpt::InspectReport report = ckpt::inspect(*c, options);
         if (a->json) {
             ckpt::write_json(report, std::cout);

@@ -15,6 +15,7 @@ struct VerifyArgs {
     std::string file, reference, write_fingerprint, state_dict_key;
     ckpt::VerifyOptions options;
     FormatArgs format;
+    AllowArgs allow;
 };
 
 }  // namespace
@@ -34,8 +35,11 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
     sub.add_flag("--all", a->options.all, "Every tensor in the file by key (optimizer state too), not just the state dict");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
     add_format_options(sub, a->format, "verify.schema.json");
+    add_allow_options(sub, a->allow);
     return [a, &global]() {
         OutputFormat format = a->format.resolve();
+        auto policy = a->allow.policy();
+        a->options.policy = policy.get();
         return annotating_errors(format, a->file, [&] {
             ckpt::OpenOptions open;
             if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;

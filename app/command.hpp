@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ckpt/error.hpp"
+#include "ckpt/globals.hpp"
 #include "ckpt/report.hpp"
 
 namespace app {
@@ -37,16 +38,26 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
 Runner setup_scan(CLI::App& sub, const GlobalOptions& global);
 
-// How a command that judges (diff-keys, verify, scan) reports: `--format text|json|github`, and `--json`,
-// which is `--format json` (kept as it was).
-enum class OutputFormat { text, json, github };
+// How a command that judges (diff-keys, verify, scan) reports: `--format text|json|github` (scan:
+// also sarif), and `--json`, which is `--format json` (kept as it was).
+enum class OutputFormat { text, json, github, sarif };
 struct FormatArgs {
     bool json = false;
     std::string format;  // "" when --format was not given
     // Error(usage) when --json meets --format text or github.
     OutputFormat resolve() const;
 };
-void add_format_options(CLI::App& sub, FormatArgs& f, const std::string& schema);
+void add_format_options(CLI::App& sub, FormatArgs& f, const std::string& schema, bool sarif = false);
+
+// `--allow NAME` (repeatable) and `--allow-file FILE`: globals the user trusts, for every command
+// that judges globals (scan, verify, inspect), through the one GlobalPolicy.
+struct AllowArgs {
+    std::vector<std::string> names;
+    std::vector<std::string> files;
+    // Error(usage) for a rule that is no dotted name; Error(io) naming an allow file it cannot read.
+    std::shared_ptr<ckpt::GlobalPolicy> policy() const;
+};
+void add_allow_options(CLI::App& sub, AllowArgs& a);
 
 // `--format github`: the ::error annotation of an error (the path it names, else `file`; title
 // "ckpt-tool error"), written to stdout besides the one line on stderr that main writes.

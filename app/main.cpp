@@ -61,12 +61,14 @@ const Command k_commands[] = {
      "  ckpt-tool convert train.pth -o train.bf16.pth --dtype bfloat16   # optimizer and args kept\n"
      "  ckpt-tool convert train.pth -o release/pytorch_model.bin --weights-only --max-shard-size 2GB",
      setup_convert},
-    {"scan", "Classify every global the file's pickles would import (all pickles of a zip, the legacy format's, "
-             "pickles nested in bytes, a pickle hiding in front of a zip) by allow-list: safe, benign, unknown, "
-             "dangerous. Nothing is run. Exit 1 on anything dangerous (--strict: or unknown).",
+    {"scan", "The gate before torch.load of a file you do not trust: default-deny, as weights_only=True is. Every "
+             "pickle in it (every zip member, stacked pickles, .npy object arrays, pickles nested in bytes or "
+             "text) is read as the unpickler reads it and each global judged by allow-list; nothing is run. "
+             "Exit 1 on anything not allowed (dangerous or unknown).",
      "  ckpt-tool scan downloaded.pth\n"
-     "  ckpt-tool scan --strict --json *.pth *.bin\n"
-     "  ckpt-tool scan model.pkl legacy.pth",
+     "  ckpt-tool scan --json *.pth *.bin\n"
+     "  ckpt-tool scan ckpt.pth --allow mylib.models.Net --allow-file trusted_globals.txt\n"
+     "  ckpt-tool scan --format sarif *.pt > scan.sarif        # GitHub code scanning",
      setup_scan},
 };
 

@@ -8,16 +8,34 @@ OutputFormat FormatArgs::resolve() const {
     if (json && !format.empty() && format != "json")
         throw ckpt::Error(ckpt::ErrorKind::usage, "", "--json and --format " + format + " contradict each other");
     if (json || format == "json") return OutputFormat::json;
+    if (format == "sarif") return OutputFormat::sarif;
     return format == "github" ? OutputFormat::github : OutputFormat::text;
 }
 
-void add_format_options(CLI::App& sub, FormatArgs& f, const std::string& schema) {
-    sub.add_option("--format", f.format,
-                   "Report as text (default), json (as --json) or github: one GitHub Actions annotation "
-                   "(::error / ::warning) a finding, at most " + std::to_string(ckpt::k_github_annotation_cap) +
-                       ", then a summary line")
-        ->check(CLI::IsMember({"text", "json", "github"}));
+void add_format_options(CLI::App& sub, FormatArgs& f, const std::string& schema, bool sarif) {
+    std::string help = std::string("Report as text (default), json (as --json)") + (sarif ? ", sarif (SARIF 2.1.0: GitHub code scanning and CI dashboards)" : "") +
+                       " or github: one GitHub Actions annotation (::error / ::warning) a finding, at most " +
+                       std::to_string(ckpt::k_github_annotation_cap) + ", then a summary line";
+    std::vector<std::string> formats{"text", "json", "github"};
+    if (sarif) formats.push_back("sarif");
+    sub.add_option("--format", f.format, help)->check(CLI::IsMember(formats));
     sub.add_flag("--json", f.json, "One JSON object on stdout (docs/schema/" + schema + "), as --format json");
+}
+
+void add_allow_options(CLI::App& sub, AllowArgs& a) {
+    sub.add_option("--allow", a.names,
+                   "Trust a global that is on no allow-list: module.Name, or module.* for a whole module or "
+                   "package (repeatable). Names known to run code stay dangerous.")
+        ->type_name("NAME");
+    sub.add_option("--allow-file", a.files, "Trust the globals listed in FILE, one NAME a line (# comments)")
+        ->type_name("FILE");
+}
+
+std::shared_ptr<ckpt::GlobalPolicy> AllowArgs::policy() const {
+    auto p = std::make_shared<ckpt::GlobalPolicy>();
+    for (const auto& n : names) p->allow(n, "--allow");
+    for (const auto& f : files) p->allow_file(f);
+    return p;
 }
 
 ckpt::Annotation error_annotation(const ckpt::Error& e, const std::string& file) {

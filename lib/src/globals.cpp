@@ -1,15 +1,30 @@
+// GlobalPolicy: the order of the rules. The lists themselves are in global_lists.cpp.
+//
+//   1. torch's weights_only allow-list (exact)                        → safe
+//   2. reviewed data classes and a few families of them (exact)       → benign
+//   3. what runs code: an attribute walk through a dunder or to a dangerous module or function,
+//      or a denied name (by dotted prefix); no allow rule lifts it    → dangerous
+//   4. the user's allow rules                                         → allowed
+//   5. anything else of the standard library, torch or numpy          → dangerous (gadget surface)
+//   6. anything else                                                  → unknown
 #include "ckpt/globals.hpp"
 
-#include <string>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 
-#include "ckpt/dtype.hpp"
+#include "ckpt/error.hpp"
+#include "global_lists.hpp"
 
 namespace ckpt {
+
+namespace lists = global_lists;
 
 const char* global_class_name(GlobalClass c) {
     switch (c) {
         case GlobalClass::safe: return "safe";
         case GlobalClass::benign: return "benign";
+        case GlobalClass::allowed: return "allowed";
         case GlobalClass::unknown: return "unknown";
         case GlobalClass::dangerous: return "dangerous";
     }
@@ -18,132 +33,232 @@ const char* global_class_name(GlobalClass c) {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool is_module_or_sub(std::string_view module, std::string_view root) {
-    return module == root || (starts_with(module, root) && module.size() > root.size() &&
-                              module[root.size()] == '.');
+struct ModuleMap { std::string_view from, to; };
+
+// Lib/_compat_pickle.py's IMPORT_MAPPING: the Python 2 modules pickle's fix_imports renames
+// (protocols 0-2, which torch.save writes).
+constexpr ModuleMap k_python2_modules[] = {
+    {"BaseHTTPServer", "http.server"}, {"CGIHTTPServer", "http.server"}, {"ConfigParser", "configparser"},
+    {"Cookie", "http.cookies"}, {"Dialog", "tkinter.dialog"}, {"DocXMLRPCServer", "xmlrpc.server"},
+    {"FileDialog", "tkinter.filedialog"}, {"HTMLParser", "html.parser"}, {"Queue", "queue"},
+    {"ScrolledText", "tkinter.scrolledtext"}, {"SimpleDialog", "tkinter.simpledialog"},
+    {"SimpleHTTPServer", "http.server"}, {"SimpleXMLRPCServer", "xmlrpc.server"}, {"SocketServer", "socketserver"},
+    {"StringIO", "io"}, {"Tix", "tkinter.tix"}, {"Tkconstants", "tkinter.constants"}, {"Tkdnd", "tkinter.dnd"},
+    {"Tkinter", "tkinter"}, {"UserDict", "collections"}, {"UserList", "collections"}, {"UserString", "collections"},
+    {"__builtin__", "builtins"}, {"_abcoll", "collections.abc"}, {"_elementtree", "xml.etree.ElementTree"},
+    {"_winreg", "winreg"}, {"anydbm", "dbm"}, {"cPickle", "pickle"}, {"cStringIO", "io"}, {"commands", "subprocess"},
+    {"cookielib", "http.cookiejar"}, {"copy_reg", "copyreg"}, {"dbhash", "dbm.bsd"}, {"dbm", "dbm.ndbm"},
+    {"dumbdbm", "dbm.dumb"}, {"dummy_thread", "_dummy_thread"}, {"exceptions", "builtins"}, {"gdbm", "dbm.gnu"},
+    {"htmlentitydefs", "html.entities"}, {"httplib", "http.client"}, {"markupbase", "_markupbase"},
+    {"repr", "reprlib"}, {"robotparser", "urllib.robotparser"}, {"test.test_support", "test.support"},
+    {"thread", "_thread"}, {"tkColorChooser", "tkinter.colorchooser"}, {"tkCommonDialog", "tkinter.commondialog"},
+    {"tkFileDialog", "tkinter.filedialog"}, {"tkFont", "tkinter.font"}, {"tkMessageBox", "tkinter.messagebox"},
+    {"tkSimpleDialog", "tkinter.simpledialog"}, {"ttk", "tkinter.ttk"}, {"urllib2", "urllib.request"},
+    {"urlparse", "urllib.parse"}, {"whichdb", "dbm"}, {"xmlrpclib", "xmlrpc.client"},
+};
+
+// C accelerator modules and aliases that hold the same objects as a public module: a name is judged
+// by what it is, whichever module the pickle names it through.
+constexpr ModuleMap k_twins[] = {
+    {"__builtins__", "builtins"}, {"_codecs", "codecs"}, {"_collections", "collections"},
+    {"_collections_abc", "collections.abc"}, {"_datetime", "datetime"}, {"_decimal", "decimal"},
+    {"_functools", "functools"}, {"_io", "io"}, {"_operator", "operator"}, {"_pydatetime", "datetime"},
+    {"_pydecimal", "decimal"}, {"_pyio", "io"}, {"_sre", "re"}, {"nt", "os"}, {"posix", "os"},
+};
+
+struct NameMap { std::string_view module, name, to_module, to_name; };
+// Lib/_compat_pickle.py's NAME_MAPPING for builtins that moved (the exceptions map by module).
+constexpr NameMap k_python2_names[] = {
+    {"__builtin__", "basestring", "builtins", "str"}, {"__builtin__", "intern", "sys", "intern"},
+    {"__builtin__", "long", "builtins", "int"}, {"__builtin__", "reduce", "functools", "reduce"},
+    {"__builtin__", "unichr", "builtins", "chr"}, {"__builtin__", "unicode", "builtins", "str"},
+    {"__builtin__", "xrange", "builtins", "range"}, {"exceptions", "StandardError", "builtins", "Exception"},
+    {"itertools", "ifilter", "builtins", "filter"}, {"itertools", "imap", "builtins", "map"},
+    {"itertools", "izip", "builtins", "zip"}, {"UserDict", "IterableUserDict", "collections", "UserDict"},
+};
+
+std::string_view mapped(std::string_view module, const ModuleMap* begin, const ModuleMap* end) {
+    for (const ModuleMap* m = begin; m != end; ++m)
+        if (m->from == module) return m->to;
+    return module;
 }
 
-struct Name { std::string_view module, name; };
+bool identifier(std::string_view s) {
+    if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+    for (unsigned char c : s)
+        if (!(c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80))
+            return false;
+    return true;
+}
 
-// Rebuilt as data by this reader (or decoded as torch.load's weights_only unpickler would).
-constexpr Name k_safe[] = {
-    {"collections", "OrderedDict"},
-    {"torch._utils", "_rebuild_tensor"},
-    {"torch._utils", "_rebuild_tensor_v2"},
-    {"torch._utils", "_rebuild_tensor_v3"},
-    {"torch._utils", "_rebuild_parameter"},
-    {"torch._utils", "_rebuild_parameter_with_state"},
-    {"torch._utils", "_rebuild_qtensor"},
-    {"torch._utils", "_rebuild_sparse_tensor"},
-    {"torch._utils", "_rebuild_sparse_csr_tensor"},
-    {"torch._utils", "_rebuild_meta_tensor_no_storage"},
-    {"torch._utils", "_rebuild_nested_tensor"},
-    {"torch._tensor", "_rebuild_from_type_v2"},
-    {"torch._tensor", "_rebuild_from_type"},
-    {"torch", "Size"},
-    {"torch", "device"},
-    {"torch", "Tensor"},
-    {"torch.nn.parameter", "Parameter"},
-    {"torch", "per_tensor_affine"},
-    {"torch", "per_channel_affine"},
-    {"torch", "strided"},
-    {"torch", "sparse_coo"},
-    {"builtins", "set"},
-    {"builtins", "frozenset"},
-    {"builtins", "bytearray"},
-    {"builtins", "complex"},
-    {"builtins", "slice"},
-    {"builtins", "range"},
-    {"_codecs", "encode"},
-};
+bool dunder(std::string_view p) { return p.size() > 4 && p.substr(0, 2) == "__" && p.substr(p.size() - 2) == "__"; }
 
-// Data-only classes that real training checkpoints carry. Each is rebuilt by a real unpickler from
-// plain values (a class plus a state dict or raw bytes); none runs user code while loading.
-constexpr Name k_benign[] = {
-    {"argparse", "Namespace"},                     // args=parser.parse_args() in most training scripts
-    {"numpy.core.multiarray", "scalar"},           // numpy scalars (np.float64 losses, metrics)
-    {"numpy.core.multiarray", "_reconstruct"},     // numpy arrays
-    {"numpy._core.multiarray", "scalar"},          // the same in numpy 2
-    {"numpy._core.multiarray", "_reconstruct"},
-    {"numpy", "dtype"},
-    {"numpy", "ndarray"},
-    {"collections", "defaultdict"},                // metric histories
-    {"collections", "Counter"},
-    {"collections", "deque"},
-    {"builtins", "list"},
-    {"builtins", "dict"},
-    {"builtins", "tuple"},
-    {"builtins", "object"},
-    {"builtins", "int"},
-    {"builtins", "float"},
-    {"builtins", "str"},
-    {"builtins", "bool"},
-    {"copyreg", "_reconstructor"},                 // protocol 0/1 object creation (class is separate)
-    {"datetime", "datetime"},
-    {"datetime", "date"},
-    {"datetime", "timedelta"},
-    {"datetime", "timezone"},
-    {"pathlib", "PosixPath"},
-    {"pathlib", "WindowsPath"},
-    {"pathlib", "PurePosixPath"},
-    {"enum", "Enum"},
-    {"decimal", "Decimal"},
-    {"uuid", "UUID"},
-};
+std::vector<std::string_view> split(std::string_view s) {
+    std::vector<std::string_view> parts;
+    for (size_t at = 0;;) {
+        size_t dot = s.find('.', at);
+        parts.push_back(s.substr(at, dot == std::string_view::npos ? std::string_view::npos : dot - at));
+        if (dot == std::string_view::npos) return parts;
+        at = dot + 1;
+    }
+}
 
-// Modules whose every global runs code or reaches the system.
-constexpr std::string_view k_dangerous_modules[] = {
-    "os", "posix", "nt", "subprocess", "sys", "runpy", "importlib", "pickle", "_pickle", "shutil",
-    "socket", "ctypes", "webbrowser", "code", "codeop", "pty", "multiprocessing", "asyncio", "http",
-    "urllib", "requests", "marshal", "pdb", "bdb", "timeit", "signal", "threading", "_thread",
-    "platform", "pip", "setuptools", "distutils", "zipimport", "imp", "tempfile", "glob", "io",
-    "_io", "fcntl", "resource", "dill", "cloudpickle", "joblib", "telnetlib", "ftplib", "smtplib",
-    "xmlrpc", "ssl", "select", "selectors", "pathlib._local",
-};
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-constexpr std::string_view k_dangerous_builtins[] = {
-    "eval", "exec", "compile", "open", "getattr", "setattr", "delattr", "__import__", "input",
-    "breakpoint", "globals", "locals", "vars", "apply", "execfile", "file", "reload", "help",
-    "memoryview", "type", "super", "classmethod", "staticmethod", "property", "print", "exit", "quit",
-};
+// Families of reviewed names: one class or constant, no attribute walk.
+const char* reviewed_family(std::string_view module, std::string_view qualname) {
+    if (module == "__torch__" || starts_with(module, "__torch__."))
+        return "a TorchScript class: torch.jit.load binds it to the archive's compiled code; Python has no such module";
+    if (qualname.find('.') != std::string_view::npos || !identifier(qualname) || dunder(qualname)) return nullptr;
+    if (module == "collections.abc") return "an abstract base class: it holds no code of the pickle's and calling it fails";
+    if (module == "__future__") return "a __future__ feature flag";
+    bool upper = qualname[0] >= 'A' && qualname[0] <= 'Z';
+    if (module == "builtins" && upper) {
+        auto ends = [&](std::string_view x) {
+            return qualname.size() >= x.size() && qualname.substr(qualname.size() - x.size()) == x;
+        };
+        if (ends("Error") || ends("Warning") || ends("Exception") || ends("Exit") || ends("Interrupt") ||
+            ends("Iteration"))
+            return "an exception class: making one runs nothing";
+    }
+    if (upper && (starts_with(module, "torch.nn.modules.") || starts_with(module, "torch.optim.")))
+        return "a module or optimizer class of torch's own (a whole pickled model: unpickling fills its "
+               "__dict__; torch.load(weights_only=True) refuses it)";
+    return nullptr;
+}
 
 }  // namespace
 
-GlobalClass classify_global(std::string_view module, std::string_view name) {
-    for (const auto& n : k_safe)
-        if (n.module == module && n.name == name) return GlobalClass::safe;
-    if (module == "torch") {
-        if (dtype_from_name(name) && name == std::string(dtype_name(*dtype_from_name(name))))
-            return GlobalClass::safe;  // torch.float32 …
-        if (dtype_from_storage_class(name)) return GlobalClass::safe;  // torch.FloatStorage …
-        if (name == "load" || name == "save") return GlobalClass::dangerous;
+std::string python3_module(std::string_view module) {
+    return std::string(mapped(module, std::begin(k_python2_modules), std::end(k_python2_modules)));
+}
+
+std::string canonical_module(std::string_view module) {
+    std::string_view m = mapped(module, std::begin(k_python2_modules), std::end(k_python2_modules));
+    return std::string(mapped(m, std::begin(k_twins), std::end(k_twins)));
+}
+
+bool importable_module_name(std::string_view module) {
+    for (std::string_view part : split(module))
+        if (!identifier(part)) return false;
+    return true;
+}
+
+const GlobalPolicy& GlobalPolicy::standard() {
+    static const GlobalPolicy p;
+    return p;
+}
+
+void GlobalPolicy::allow(std::string_view pattern, const std::string& source) {
+    Rule r;
+    r.text = std::string(pattern);
+    std::string_view name = pattern;
+    if (name.size() > 2 && name.substr(name.size() - 2) == ".*") {
+        r.wildcard = true;
+        name.remove_suffix(1);  // keep the dot: "mypkg." matches "mypkg.x", not "mypkgx"
     }
-    if (module == "torch.storage" && (name == "TypedStorage" || name == "UntypedStorage"))
-        return GlobalClass::safe;
-    for (const auto& n : k_benign)
-        if (n.module == module && n.name == name) return GlobalClass::benign;
+    std::string_view dotted = r.wildcard ? name.substr(0, name.size() - 1) : name;
+    if (dotted.empty() || !importable_module_name(dotted) || (!r.wildcard && dotted.find('.') == std::string_view::npos))
+        throw Error(ErrorKind::usage, "",
+                    source + ": allow rule '" + r.text + "' is not module.Name or module.* (a dotted name)");
+    r.prefix = std::string(name);
+    r.text = source == "--allow" ? "--allow " + r.text : r.text + " (" + source + ")";
+    m_rules.push_back(std::move(r));
+}
 
-    for (auto m : k_dangerous_modules)
-        if (is_module_or_sub(module, m)) return GlobalClass::dangerous;
-    if (module == "builtins")
-        for (auto n : k_dangerous_builtins)
-            if (n == name) return GlobalClass::dangerous;
-    if (module == "functools" && (name == "partial" || name == "reduce")) return GlobalClass::dangerous;
-    if (module == "operator" &&
-        (name == "attrgetter" || name == "methodcaller" || name == "itemgetter" || name == "call"))
-        return GlobalClass::dangerous;
-    if (is_module_or_sub(module, "torch.hub") || is_module_or_sub(module, "torch.serialization") ||
-        is_module_or_sub(module, "torch._dynamo") || is_module_or_sub(module, "torch.utils.cpp_extension"))
-        return GlobalClass::dangerous;
-    if (is_module_or_sub(module, "torch.jit") && (name.find("load") != std::string_view::npos))
-        return GlobalClass::dangerous;
-    if (module == "torch.storage" && name == "_load_from_bytes") return GlobalClass::dangerous;
-    if (module == "torch._C" || starts_with(module, "torch._C.")) return GlobalClass::dangerous;
+void GlobalPolicy::allow_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::io, path, std::string("cannot read the allow file: ") + std::strerror(errno));
+    std::string line;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+        size_t hash = line.find('#');
+        if (hash != std::string::npos) line.erase(hash);
+        size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+        if (b == std::string::npos) continue;
+        allow(std::string_view(line).substr(b, e - b + 1), path + ":" + std::to_string(n));
+    }
+    if (in.bad()) throw Error(ErrorKind::io, path, std::string("cannot read the allow file: ") + std::strerror(errno));
+}
 
-    // torch's own module classes in a pickled nn.Module: rebuilt from a class and a state dict.
-    if (is_module_or_sub(module, "torch.nn.modules")) return GlobalClass::benign;
-    return GlobalClass::unknown;
+GlobalVerdict GlobalPolicy::judge(std::string_view module, std::string_view qualname) const {
+    // The names the unpickler resolves: as written (protocol 3+), with fix_imports' renames
+    // (protocols 0-2), and read through the accelerator twins.
+    std::string fixed_module = python3_module(module), name(qualname);
+    for (const NameMap& m : k_python2_names)
+        if (m.module == module && m.name == qualname) {
+            fixed_module = std::string(m.to_module);
+            name = std::string(m.to_name);
+        }
+    std::string canon = std::string(mapped(fixed_module, std::begin(k_twins), std::end(k_twins)));
+    const std::string written = std::string(module) + "." + std::string(qualname);
+    const std::string fixed = fixed_module + "." + name;
+    const std::string full = canon + "." + name;
+
+    GlobalVerdict v;
+    if (lists::torch_weights_only(written) || lists::torch_weights_only(fixed)) {
+        v = {GlobalClass::safe, "torch weights_only", "torch.load(weights_only=True) allows it", true};
+        return v;
+    }
+    if (const lists::Entry* e = lists::torch_when_imported(fixed)) {
+        v = {GlobalClass::safe, "torch weights_only",
+             std::string(e->why) + "; torch 2.6's weights_only load allows it once its module is imported", true};
+        return v;
+    }
+    if (const lists::Entry* e = lists::reviewed_data(full); e || (e = lists::reviewed_data(written))) {
+        v = {GlobalClass::benign, "data class", std::string(e->why), false};
+        return v;
+    }
+    if (const char* why = reviewed_family(canon, name)) {
+        v = {GlobalClass::benign, "data class", why, false};
+        return v;
+    }
+
+    // Rule 3: what runs code, which no allow rule lifts: a denied name, else an attribute walk.
+    std::string danger, rule;
+    if (const lists::Entry* e = lists::denied(full)) {
+        rule = "denied: " + std::string(e->name);
+        danger = std::string(e->why);
+    } else {
+        for (std::string_view part : split(name)) {
+            bool d = dunder(part);
+            if (!d && !lists::dangerous_attribute(part)) continue;
+            rule = "attribute walk";
+            danger = "the unpickler walks to the attribute " + std::string(part) +
+                     (d ? ", which reaches Python's internals (globals, builtins, code objects) from any object"
+                        : ", which runs code or reaches the system");
+            break;
+        }
+    }
+    const Rule* allowed = nullptr;
+    for (const Rule& r : m_rules)
+        if ((r.wildcard && (starts_with(written, r.prefix) || starts_with(full, r.prefix))) ||
+            (!r.wildcard && (written == r.prefix || full == r.prefix))) {
+            allowed = &r;
+            break;
+        }
+    if (!danger.empty()) {
+        if (allowed) danger += " (" + allowed->text + " does not lift that)";
+        v = {GlobalClass::dangerous, rule, danger, false};
+        return v;
+    }
+    if (allowed) {
+        v = {GlobalClass::allowed, allowed->text, "allowed by " + allowed->text, false};
+        return v;
+    }
+    std::string_view root = std::string_view(canon).substr(0, canon.find('.'));
+    if (lists::stdlib_module(root) || lists::framework_module(root)) {
+        v = {GlobalClass::dangerous, lists::stdlib_module(root) ? "standard library" : "framework",
+             std::string(lists::stdlib_module(root) ? "a name of the standard library" : "a name of " + std::string(root)) +
+                 " that is not a reviewed data class: exploits are built from such names (--allow it if it is "
+                 "data you trust)",
+             false};
+        return v;
+    }
+    v = {GlobalClass::unknown, "not on any list",
+         "on no allow-list (a class of your own or a third-party library's): torch.load(weights_only=True) "
+         "refuses it and a plain torch.load imports and calls it; --allow it if you trust it",
+         false};
+    return v;
 }
 
 }  // namespace ckpt

@@ -143,15 +143,18 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});
 
     for (const auto& g : c.globals()) {
-        if (global_is_known(g.cls)) continue;
-        if (g.cls == GlobalClass::dangerous)
+        r.globals.push_back(options.policy->judge(g.module, g.name));
+        const GlobalVerdict& v = r.globals.back();
+        if (global_is_known(v.cls)) continue;
+        if (v.cls == GlobalClass::dangerous)
             r.warnings.push_back({"dangerous_global",
                                   "global " + g.full_name() + " would run code if torch.load unpickled this "
-                                  "file (at byte " + std::to_string(g.first_offset) + " of " + g.record + ")"});
+                                  "file (at byte " + std::to_string(g.first_offset) + " of " + g.record + "): " + v.reason +
+                                  "; ckpt-tool scan says more"});
         else
             r.warnings.push_back({"unknown_global",
                                   "global " + g.full_name() + " is not on the allow-list (a custom class?): "
-                                  "torch.load(weights_only=True) would refuse this file"});
+                                  "torch.load(weights_only=True) would refuse this file; --allow it if you trust it"});
     }
     return r;
 }

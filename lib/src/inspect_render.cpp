@@ -97,11 +97,14 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     j["objects"] = std::move(objects);
 
     nlohmann::json globals = nlohmann::json::array();
-    for (const auto& g : c.globals())
+    for (size_t k = 0; k < c.globals().size(); ++k) {
+        const GlobalRef& g = c.globals()[k];
+        GlobalClass cls = k < r.globals.size() ? r.globals[k].cls : g.cls;
         globals.push_back({{"name", g.full_name()},
-                           {"known", global_is_known(g.cls)},
-                           {"class", global_class_name(g.cls)},
+                           {"known", global_is_known(cls)},
+                           {"class", global_class_name(cls)},
                            {"count", g.count}});
+    }
     j["globals"] = std::move(globals);
 
     nlohmann::json optimizers = nlohmann::json::array();

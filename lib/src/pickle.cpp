@@ -1,28 +1,14 @@
-// The restricted pickle VM.
-//
-// A pickle is a program for a stack machine: one opcode byte, then its inline argument. The ones read
-// here (Lib/pickletools.py has the authoritative list), with their arguments:
-//   protocol 0/1 text:  MARK '(' · STOP '.' · POP '0' · POP_MARK '1' · DUP '2' · FLOAT 'F' line ·
-//                       INT 'I' line · LONG 'L' line · STRING 'S' quoted line · UNICODE 'V' line ·
-//                       NONE 'N' · APPEND 'a' · LIST 'l' · TUPLE 't' · DICT 'd' · SETITEM 's' ·
-//                       GLOBAL 'c' module\nname\n · INST 'i' module\nname\n · OBJ 'o' · REDUCE 'R' ·
-//                       BUILD 'b' · PUT 'p' line · GET 'g' line · PERSID 'P' line
-//   protocol 1 binary:  BININT 'J' i32 · BININT1 'K' u8 · BININT2 'M' u16 · BINSTRING 'T' u32 len ·
-//                       SHORT_BINSTRING 'U' u8 len · BINUNICODE 'X' u32 len · BINFLOAT 'G' f64 (big
-//                       endian) · EMPTY_LIST ']' · APPENDS 'e' · EMPTY_TUPLE ')' · EMPTY_DICT '}' ·
-//                       SETITEMS 'u' · BINPUT 'q' u8 · LONG_BINPUT 'r' u32 · BINGET 'h' u8 ·
-//                       LONG_BINGET 'j' u32 · BINPERSID 'Q' · POP_MARK
-//   protocol 2:         PROTO 0x80 u8 · NEWOBJ 0x81 · EXT1-4 0x82-0x84 · TUPLE1-3 0x85-0x87 ·
-//                       NEWTRUE 0x88 · NEWFALSE 0x89 · LONG1 0x8a u8 len · LONG4 0x8b i32 len
-//   protocol 3:         BINBYTES 'B' u32 len · SHORT_BINBYTES 'C' u8 len
-//   protocol 4:         SHORT_BINUNICODE 0x8c u8 len · BINUNICODE8 0x8d u64 len · BINBYTES8 0x8e u64 ·
-//                       EMPTY_SET 0x8f · ADDITEMS 0x90 · FROZENSET 0x91 · NEWOBJ_EX 0x92 ·
-//                       STACK_GLOBAL 0x93 · MEMOIZE 0x94 · FRAME 0x95 u64
-//   protocol 5:         BYTEARRAY8 0x96 u64 · NEXT_BUFFER 0x97 · READONLY_BUFFER 0x98
-// Integers are little-endian. LONG1/LONG4 carry little-endian two's complement bytes.
+// The restricted pickle VM. A pickle is a program for a stack machine: one opcode byte, then its
+// inline argument; pickle_ops.cpp lists them with their encodings. The VM faults where CPython's
+// Modules/_pickle.c faults, so that a scanner that catches the fault knows what ran before it: GLOBAL
+// and INST names are strict UTF-8, a FRAME's bytes must be there, dict keys and set items must be
+// hashable, INT reads "0x1f" and "017" as strtol does, LONG any size. What it cannot know (a computed
+// STACK_GLOBAL, an EXT code, BUILD or SETITEM on a global) it asks the hooks about.
 #include "ckpt/pickle.hpp"
 
+#include "pickle_ops.hpp"
 #include "pickle_text.hpp"
+#include "ckpt/globals.hpp"
 #include "ckpt/string_index.hpp"
 
 #include <cerrno>
@@ -33,17 +19,6 @@ namespace ckpt {
 
 Value* PickleHooks::persistent_load(Value* /*pid*/, uint64_t offset) {
     throw Error(ErrorKind::unsupported, "", "pickle uses a persistent id where none is expected", offset);
-}
-
-std::string python3_module(std::string_view module) {
-    // The subset of Lib/_compat_pickle.py's IMPORT_MAPPING that matters for checkpoints.
-    if (module == "__builtin__") return "builtins";
-    if (module == "copy_reg") return "copyreg";
-    if (module == "cPickle") return "pickle";
-    if (module == "exceptions") return "builtins";
-    if (module == "UserDict") return "collections";
-    if (module == "commands") return "subprocess";
-    return std::string(module);
 }
 
 namespace {
@@ -73,6 +48,7 @@ public:
           m_limits(limits), m_trace(trace) {}
 
     PickleResult run();
+    uint64_t done() const { return m_done; }
 
 private:
     [[noreturn]] void fail(const std::string& what) const {
@@ -149,27 +125,35 @@ private:
         v->s = b.as_chars();
         return v;
     }
+    Value* push_integer(const pickle_text::Integer& n) {
+        if (n.fits) return m_arena.integer(n.small, m_op_offset);
+        Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
+        v->s = m_arena.own(n.big);
+        return v;
+    }
     Value* parse_int_line(std::string_view line) {
         if (line == "00") return m_arena.boolean(false);
         if (line == "01") return m_arena.boolean(true);
-        if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
-        std::string text(line);
-        errno = 0;
-        char* end = nullptr;
-        long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0') fail("bad integer literal");
-        if (errno == ERANGE)
-            throw Error(ErrorKind::unsupported, "",
-                        m_context + ": text integer literal past 64 bits", m_op_offset);
-        return m_arena.integer(v, m_op_offset);
+        pickle_text::Integer n;
+        if (!pickle_text::int_literal(line, n)) fail("bad integer literal");
+        return push_integer(n);
     }
+    Value* parse_long_line(std::string_view line) {
+        if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
+        pickle_text::Integer n;
+        if (!pickle_text::long_literal(line, n)) fail("bad long integer literal");
+        return push_integer(n);
+    }
+    // GLOBAL and INST read their names as UTF-8 text (Modules/_pickle.c decodes them strictly and
+    // fails before it imports anything); STACK_GLOBAL's strings were checked when pushed.
     Value* make_global(std::string_view module, std::string_view name) {
+        if (module.empty() || name.empty()) fail("global with an empty module or name");
+        if (!valid_utf8(module) || !valid_utf8(name)) fail("global name is not valid UTF-8");
         Value* g = m_arena.make(ValueKind::global, m_op_offset);
         std::string mod = python3_module(module);
         g->s = mod == module ? module : m_arena.own(std::move(mod));
         g->s2 = name;
-        if (g->s.empty() || g->s2.empty()) fail("global with an empty module or name");
-        Value* out = m_hooks.global(g);
+        Value* out = m_hooks.global(g, module);
         return out ? out : g;
     }
     Value* make_object(MakeHow how, Value* callable, Value* args, Value* kwargs) {
@@ -230,10 +214,13 @@ private:
     // `key_pos`, when tracing: where each pair's key was pushed (parallel to kv).
     void set_items(Value* target, ValueSpan kv, const uint64_t* key_pos = nullptr) {
         if (kv.size() % 2) fail("SETITEMS with an odd number of values");
-        if (target->kind != ValueKind::dict && target->kind != ValueKind::object)
+        if (target->kind == ValueKind::object || target->kind == ValueKind::global)
+            m_hooks.mutate(target, m_op, m_op_offset);
+        else if (target->kind != ValueKind::dict)
             fail("SETITEM on a " + type_name(target));
         check_size(target->entries.size() + kv.size());
         for (size_t n = 0; n < kv.size(); n += 2) {
+            require_hashable(kv[n]);
             adopt(target, kv[n]);
             adopt(target, kv[n + 1]);
             if (canonical_key(kv[n], m_key)) {
@@ -275,8 +262,22 @@ private:
             default: return false;
         }
     }
+    // A dict key or set item Python can hash: CPython raises TypeError on a list, dict, set or
+    // bytearray (a dict that contains itself as a key is one), so the VM fails where it fails.
+    void require_hashable(const Value* v) {
+        switch (v->kind) {
+            case ValueKind::list: case ValueKind::dict: case ValueKind::set: case ValueKind::bytearray:
+                fail("a " + type_name(v) + " used as a dict key or set item (unhashable: the unpickler raises TypeError)");
+            case ValueKind::tuple:
+                for (const Value* x : v->items) require_hashable(x);
+                return;
+            default: return;
+        }
+    }
     void append_items(Value* target, ValueSpan items) {
-        if (target->kind != ValueKind::list && target->kind != ValueKind::object)
+        if (target->kind == ValueKind::object || target->kind == ValueKind::global)
+            m_hooks.mutate(target, m_op, m_op_offset);
+        else if (target->kind != ValueKind::list)
             fail("APPEND on a " + type_name(target));
         check_size(target->items.size() + items.size());
         for (Value* v : items) {
@@ -299,6 +300,8 @@ private:
     std::string m_key, m_key_at;  // canonical keys (scratch)
     uint64_t m_op_offset = 0;
     uint64_t m_op_pos = 0;                // m_op_offset within the pickle
+    uint8_t m_op = 0;                     // the opcode being run
+    uint64_t m_done = 0;                  // opcodes completed (PickleProgress)
     PickleTrace* m_trace;
     std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
     std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
@@ -314,20 +317,23 @@ private:
 
 PickleResult Machine::run() {
     PickleResult result;
-    while (true) {
+    for (;; ++m_done) {
         m_op_offset = m_in.file_offset();
         m_op_pos = m_in.pos();
         if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
-        uint8_t op = m_in.u8();
+        uint8_t op = m_op = m_in.u8();
         switch (op) {
             case 0x80: result.protocol = m_in.u8(); if (result.protocol > 5) fail("unknown protocol " + std::to_string(result.protocol)); break;
-            case 0x95:  // FRAME: a length hint, the data follows inline
-                m_in.u64le();
+            case 0x95: {  // FRAME: the next N bytes must be there (Modules/_pickle.c reads them ahead)
+                uint64_t n = m_in.u64le();
+                if (n > m_in.remaining()) fail("FRAME of " + std::to_string(n) + " bytes runs past the end of the data");
                 if (m_trace) m_trace->frames.push_back(m_op_pos);
                 break;
+            }
             case '.': {
                 result.root = pop();
                 result.end = m_in.pos();
+                ++m_done;
                 return result;
             }
             case '(':
@@ -357,7 +363,7 @@ PickleResult Machine::run() {
                 break;
             }
             case 'I': push(parse_int_line(m_in.line())); break;
-            case 'L': push(parse_int_line(m_in.line())); break;
+            case 'L': push(parse_long_line(m_in.line())); break;
             case 'J': push(m_arena.integer(m_in.i32le(), m_op_offset)); break;
             case 'K': push(m_arena.integer(m_in.u8(), m_op_offset)); break;
             case 'M': push(m_arena.integer(m_in.u16le(), m_op_offset)); break;
@@ -430,13 +436,22 @@ PickleResult Machine::run() {
                 break;
             }
             case 0x8f: push(make_seq(ValueKind::set, ValueSpan())); break;
-            case 0x91: push(make_seq(ValueKind::frozenset, pop_mark())); break;
+            case 0x91: {
+                ValueSpan items = pop_mark();
+                for (Value* v : items) require_hashable(v);
+                push(make_seq(ValueKind::frozenset, items));
+                break;
+            }
             case 0x90: {
                 ValueSpan items = pop_mark();
                 Value* s = top();
-                if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
+                if (s->kind == ValueKind::global || s->kind == ValueKind::object) m_hooks.mutate(s, op, m_op_offset);
+                else if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
                 check_size(s->items.size() + items.size());
-                for (Value* v : items) adopt(s, v);
+                for (Value* v : items) {
+                    require_hashable(v);
+                    adopt(s, v);
+                }
                 m_arena.append(s->items, items);
                 break;
             }
@@ -461,9 +476,10 @@ PickleResult Machine::run() {
                     m_trace->stack_globals.push_back({m_op_pos, m_push_pos.back(), m_stack.back()});
                 Value* name = pop();
                 Value* module = pop();
-                if (module->kind != ValueKind::string || name->kind != ValueKind::string)
-                    fail("STACK_GLOBAL needs two strings");
-                push(make_global(module->s, name->s));
+                bool strings = module->kind == ValueKind::string && name->kind == ValueKind::string;
+                Value* v = strings ? make_global(module->s, name->s) : m_hooks.computed_global(module, name, m_op_offset);
+                if (!v) fail("STACK_GLOBAL needs two strings");
+                push(v);
                 break;
             }
             case 'i': {
@@ -511,6 +527,8 @@ PickleResult Machine::run() {
                 if (target->kind == ValueKind::none || target->kind == ValueKind::boolean ||
                     target->kind == ValueKind::integer || target->kind == ValueKind::tuple)
                     fail("BUILD on a " + type_name(target));
+                if (target->kind == ValueKind::global || target->kind == ValueKind::object)
+                    m_hooks.mutate(target, op, m_op_offset);
                 adopt(target, state);
                 if (target->state && target->state->kind == ValueKind::dict &&
                     state->kind == ValueKind::dict) {
@@ -540,12 +558,16 @@ PickleResult Machine::run() {
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
             }
-            case 0x82:
-            case 0x83:
-            case 0x84:
-                throw Error(ErrorKind::unsupported, "",
-                            m_context + ": extension registry codes (EXT1/2/4) are not read",
-                            m_op_offset);
+            case 0x82: case 0x83: case 0x84: {
+                uint32_t code = op == 0x82 ? m_in.u8() : op == 0x83 ? m_in.u16le() : m_in.u32le();
+                if (code == 0) fail("extension code 0");  // CPython: "EXT specifies code <= 0"
+                Value* v = m_hooks.extension(code, m_op_offset);
+                if (!v)
+                    throw Error(ErrorKind::unsupported, "",
+                                m_context + ": extension registry codes (EXT1/2/4) are not read", m_op_offset);
+                push(v);
+                break;
+            }
             default: {
                 char buf[8];
                 std::snprintf(buf, sizeof buf, "0x%02x", op);
@@ -559,39 +581,18 @@ PickleResult Machine::run() {
 
 PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
                         const std::string& context, uint64_t base, PickleLimits limits,
-                        PickleTrace* trace) {
+                        PickleTrace* trace, PickleProgress* progress) {
     Machine m(data, arena, hooks, context, base, limits, trace);
-    return m.run();
-}
-
-uint64_t traced_opcode_length(ByteView pickle, uint64_t pos) {
-    if (pos >= pickle.size) return 0;
-    ByteReader in(pickle, "pickle");
-    in.seek(pos + 1);
-    auto sized = [&](uint64_t n) -> uint64_t {
-        if (n > in.remaining()) return 0;
-        return in.pos() + n - pos;
-    };
-    auto line = [&]() -> uint64_t {
-        in.line();
-        return in.pos() - pos;
-    };
     try {
-        switch (pickle.data[pos]) {
-            case 'X': case 'T': return sized(in.u32le());
-            case 0x8c: case 'U': return sized(in.u8());
-            case 0x8d: return sized(in.u64le());
-            case 'S': case 'V': case 'g': case 'p': return line();
-            case 'c': in.line(); return line();  // GLOBAL: module and name lines
-            case 'h': case 'q': return sized(1);
-            case 'j': case 'r': return sized(4);
-            case 0x94: return 1;
-            case 0x95: return sized(8);
-            default: return 0;
-        }
-    } catch (const Error&) {
-        return 0;
+        PickleResult r = m.run();
+        if (progress) progress->opcodes = m.done();
+        return r;
+    } catch (...) {
+        if (progress) progress->opcodes = m.done();
+        throw;
     }
 }
+
+uint64_t traced_opcode_length(ByteView pickle, uint64_t pos) { return pickle_ops::length(pickle, pos); }
 
 }  // namespace ckpt

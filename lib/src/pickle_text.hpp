@@ -2,6 +2,7 @@
 // raw-unicode-escape line, decoded to UTF-8. Private to the pickle VM.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,5 +11,21 @@ namespace ckpt::pickle_text {
 // false, with `error` saying why, for a malformed argument.
 bool string_literal(std::string_view line, std::string& out, std::string& error);
 bool raw_unicode(std::string_view line, std::string& out, std::string& error);
+
+// _codecs.encode(text, encoding) for the encodings protocol 2 writes bytes with (latin-1, as torch
+// does, and utf-8): the bytes, or false for any other encoding or a code point past 0xff.
+bool codecs_encode(std::string_view text, std::string_view encoding, std::string& out);
+
+// INT's and LONG's text, read as CPython reads it: INT first by C's strtol with base 0 ("0x1f",
+// "017", leading blanks), then, as LONG always is, by Python's int(text, 0) (underscores, 0o/0b,
+// blanks around, any size). `fits`: the value is `small`; otherwise `big` holds it as little-endian
+// two's complement bytes, as LONG1 carries it. false for text Python refuses.
+struct Integer {
+    bool fits = true;
+    int64_t small = 0;
+    std::string big;
+};
+bool int_literal(std::string_view line, Integer& out);   // INT, the whole line
+bool long_literal(std::string_view line, Integer& out);  // LONG, the trailing 'L' already cut
 
 }  // namespace ckpt::pickle_text

@@ -1,202 +1,163 @@
+// `scan` at the level of a file: which pickles it holds and where (pickle_scan.cpp judges each).
 #include "ckpt/scan.hpp"
 
 #include <algorithm>
-#include <cstring>
-#include <map>
-#include <ostream>
-#include <unordered_set>
 
 #include "checkpoint_builder.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
-#include "ckpt/pickle.hpp"
-#include "ckpt/report.hpp"
 #include "ckpt/safetensors.hpp"
-#include "ckpt/value.hpp"
 #include "ckpt/zip.hpp"
-#include "torch_hooks.hpp"
+#include "pickle_ops.hpp"
+#include "pickle_scan.hpp"
 
 namespace ckpt {
 
 size_t ScanReport::dangerous() const {
-    return static_cast<size_t>(std::count_if(findings.begin(), findings.end(), [](const ScanFinding& f) { return f.severity == GlobalClass::dangerous; }));
+    return static_cast<size_t>(std::count_if(findings.begin(), findings.end(),
+                                             [](const ScanFinding& f) { return f.severity == GlobalClass::dangerous; }));
 }
-size_t ScanReport::unknown() const {
-    return static_cast<size_t>(std::count_if(findings.begin(), findings.end(), [](const ScanFinding& f) { return f.severity == GlobalClass::unknown; }));
-}
+size_t ScanReport::unknown() const { return findings.size() - dangerous(); }
 
 namespace {
 
-constexpr int k_max_nesting = 4;
+namespace ops = pickle_ops;
 
-bool looks_like_pickle(ByteView b) { return b.size >= 3 && b.data[0] == 0x80 && b.data[1] >= 2 && b.data[1] <= 5; }
+// How far past junk after a pickle the scan looks for another one.
+constexpr uint64_t k_resync_window = 64 << 10;
 
-// The torch hooks (storages, tensors, _codecs.encode bytes, the globals table), but a scan never
-// stops at what is malformed for torch: such a value stays an opaque object and the scan goes on.
-class ScanHooks : public TorchHooks {
-public:
-    using TorchHooks::TorchHooks;
-    Value* reduce(Value* made) override {
-        try {
-            return TorchHooks::reduce(made);
-        } catch (const Error&) {
-            return nullptr;
+bool proto_start(ByteView b) { return b.size >= 2 && b.data[0] == ops::PROTO && b.data[1] <= 5; }
+
+// The first opcodes of a protocol 0 or 1 pickle, which has no PROTO: a MARK, a GLOBAL, an empty
+// container, a scalar. (torch.load unpickles any file that is not a zip from its first byte.)
+bool old_protocol_start(ByteView b) {
+    static constexpr std::string_view k_starts = "(c})]NIJKMLSTUVXFG";
+    return b.size >= 2 && k_starts.find(static_cast<char>(b.data[0])) != std::string_view::npos;
+}
+bool pickle_start(ByteView b) { return proto_start(b) || old_protocol_start(b); }
+
+bool npy_start(ByteView b) { return b.size >= 10 && std::string_view(reinterpret_cast<const char*>(b.data), 6) == "\x93NUMPY"; }
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+ByteView tail(ByteView b, uint64_t from) { return {b.data + from, b.size - from}; }
+
+// Every pickle of `data` back to back, as a loader that calls pickle.load until the data ends sees
+// them (a legacy torch file: its five, then raw storages). After junk, a pickle is looked for within
+// the next 64 KiB.
+void scan_stacked(PickleScanner& s, ByteView data, uint64_t base, const std::string& name, bool tentative,
+                  size_t max_pickles = SIZE_MAX) {
+    uint64_t at = 0;
+    for (size_t n = 0; n < max_pickles && at < data.size; ++n) {
+        ByteView rest = tail(data, at);
+        bool found_after_junk = false;
+        if (n > 0 && !pickle_start(rest)) {
+            uint64_t limit = std::min<uint64_t>(rest.size, k_resync_window);
+            uint64_t next = UINT64_MAX;
+            for (uint64_t p = 1; p + 1 < limit; ++p)
+                if (rest.data[p] == ops::PROTO && rest.data[p + 1] >= 2 && rest.data[p + 1] <= 5) {
+                    next = p;
+                    break;
+                }
+            s.note("trailing_bytes", name, base + at,
+                   std::to_string(next == UINT64_MAX ? rest.size : next) + " bytes after pickle " + std::to_string(n) +
+                       " are not a pickle" + (next == UINT64_MAX ? "" : "; another one follows them (scanned)"));
+            if (next == UINT64_MAX) return;
+            at += next;
+            rest = tail(data, at);
+            found_after_junk = true;
         }
-    }
-    Value* persistent_load(Value* pid, uint64_t offset) override {
-        try {
-            return TorchHooks::persistent_load(pid, offset);
-        } catch (const Error&) {
-            return pid;
-        }
-    }
-};
-
-// One opcode's length (opcode and argument), for the linear pass; 0 for an opcode no protocol has.
-uint64_t opcode_length(ByteView pk, uint64_t pos) {
-    ByteReader in(pk, "pickle");
-    in.seek(pos + 1);
-    auto sized = [&](uint64_t n) { in.bytes(n); return in.pos() - pos; };
-    switch (pk.data[pos]) {
-        case '(': case '.': case '0': case '2': case '1': case 'N': case ')': case ']': case '}': case 'a':
-        case 'e': case 'b': case 'd': case 'l': case 'o': case 'R': case 's': case 'u': case 't': case 0x85:
-        case 0x86: case 0x87: case 0x88: case 0x89: case 'Q': case 0x81: case 0x92: case 0x8f: case 0x90:
-        case 0x91: case 0x93: case 0x94: case 0x97: case 0x98:
-            return 1;
-        case 'K': case 'q': case 'h': case 0x82: case 0x80: return sized(1);
-        case 'M': case 0x83: return sized(2);
-        case 'J': case 'r': case 'j': case 0x84: return sized(4);
-        case 'G': case 0x95: return sized(8);
-        case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'p': case 'g': in.line(); return in.pos() - pos;
-        case 'c': case 'i': in.line(); in.line(); return in.pos() - pos;
-        case 'U': case 'C': case 0x8c: case 0x8a: return sized(in.u8());
-        case 'T': case 'X': case 'B': return sized(in.u32le());
-        case 0x8b: { int32_t n = in.i32le(); if (n < 0) return 0; return sized(static_cast<uint64_t>(n)); }
-        case 0x8d: case 0x8e: case 0x96: return sized(in.u64le());
-        default: return 0;
+        std::string record = max_pickles == 5 ? "pickle " + std::to_string(n + 1) + " of 5"
+                             : n == 0       ? name
+                                            : name + " (pickle " + std::to_string(n + 1) + ")";
+        PickleScanner::Result res = s.scan(rest, base + at, record, tentative || found_after_junk || !proto_start(rest));
+        if (res.end == 0) return;
+        at += res.end;
     }
 }
 
-class Scanner {
-public:
-    explicit Scanner(ScanReport& r) : m_r(r) {}
+// .npy: magic, version, a header (a Python dict literal) and the data, which for an object dtype is a
+// pickle (numpy.save pickles the array; numpy.load unpickles it with allow_pickle=True).
+//   0 "\x93NUMPY"  6 u8 major  7 u8 minor  8 u16 (v1) or u32 (v2, v3) header length  then the header
+void scan_npy(PickleScanner& s, ByteView b, uint64_t base, const std::string& record) {
+    uint64_t len_size = b.data[6] >= 2 ? 4 : 2;
+    uint64_t header_len = b.data[8] | (b.data[9] << 8);
+    if (len_size == 4) {
+        if (b.size < 12) return s.note("not_a_pickle", record, base, "an .npy header cut short");
+        header_len |= (static_cast<uint64_t>(b.data[10]) << 16) | (static_cast<uint64_t>(b.data[11]) << 24);
+    }
+    uint64_t start = 8 + len_size + header_len;
+    if (start > b.size) return s.note("not_a_pickle", record, base, "an .npy header longer than the file");
+    std::string_view header(reinterpret_cast<const char*>(b.data + 8 + len_size), header_len);
+    // An object dtype: 'O', '|O', '<O8' … alone or as a field of a structured dtype.
+    bool object = false;
+    for (size_t q = header.find('\''); q != std::string_view::npos; q = header.find('\'', q + 1)) {
+        size_t e = header.find('\'', q + 1);
+        if (e == std::string_view::npos) break;
+        std::string_view tok = header.substr(q + 1, e - q - 1);
+        if (!tok.empty() && (tok[0] == '|' || tok[0] == '<' || tok[0] == '>' || tok[0] == '=')) tok.remove_prefix(1);
+        if (tok == "O" || tok == "O8" || tok == "O4") object = true;
+        q = e;
+    }
+    ByteView data = tail(b, start);
+    if (object) s.scan(data, base + start, record + " (object array)", false);
+    else if (proto_start(data)) s.scan(data, base + start, record + " (data that starts like a pickle)", true);
+}
 
-    // Scans the pickle at the start of `data` (file offset `base`); returns its length (0 if the VM
-    // could not finish it).
-    uint64_t pickle(ByteView data, uint64_t base, const std::string& record, int depth = 0) {
-        m_r.pickles.push_back({record, base, 0, 0});
-        size_t at = m_r.pickles.size() - 1;
-        std::unordered_set<std::string> named;  // globals the VM resolved, by name
-        ValueArena arena;
-        std::vector<StorageInfo> storages;
-        std::vector<TensorInfo> tensors;
-        std::vector<GlobalRef> globals;
-        std::vector<Problem> problems;
-        ScanHooks hooks(arena, storages, tensors, globals, problems, record);
-        uint64_t end = 0;
-        const Value* root = nullptr;
+// A member torch's reader takes as a tensor's raw bytes: a file of a folder named data, next to the
+// data.pkl that references it (archive/data/0, data/0 …). torch never unpickles those.
+bool storage_record(std::string_view name) {
+    if (ends_with(name, ".pkl")) return false;
+    size_t slash = name.rfind('/');
+    if (slash == std::string_view::npos) return false;
+    std::string_view dir = name.substr(0, slash);
+    return dir == "data" || ends_with(dir, "/data");
+}
+
+void scan_zip(PickleScanner& s, ScanReport& r, ByteView bytes, uint64_t base) {
+    ZipLimits limits;
+    limits.tolerant = true;
+    ZipArchive zip = ZipArchive::open(bytes, limits);
+    uint64_t first = UINT64_MAX;
+    bool torchscript = false, torch = false, npz = !zip.entries().empty();
+    for (const ZipEntry& e : zip.entries()) {
+        first = std::min(first, e.local_header_offset);
+        torchscript |= e.name.find("/code/") != std::string::npos || ends_with(e.name, "constants.pkl");
+        torch |= ends_with(e.name, "data.pkl");
+        npz &= ends_with(e.name, ".npy");
+    }
+    r.format = torchscript ? "torchscript" : torch ? "torch-zip" : npz ? "npz" : "zip";
+    if (torchscript)
+        s.note("torchscript_code", "", base,
+               "a TorchScript archive: torch.jit.load compiles the code/ it holds and runs its __setstate__ "
+               "methods; scan judges the archive's pickles, not that TorchScript code");
+    if (first != UINT64_MAX && first > 0)
+        s.finding({"hidden_entry", GlobalClass::unknown, "", "", base, "", "",
+                   std::to_string(first) + " bytes before the first local header the zip directory names: "
+                                           "a reader that walks local headers sees another file there"});
+    for (const ZipEntry& e : zip.entries()) {
+        if (storage_record(e.name) || ends_with(e.name, ".py")) continue;
+        if ((e.flags & 1) && (e.method == 99 || (e.method == 0 && e.compressed_size == e.size + 12))) {
+            s.note("encrypted_member", e.name, base + e.local_header_offset,
+                   "an encrypted member, not scanned: torch.load cannot read it either");
+            continue;
+        }
         try {
-            PickleResult res = run_pickle(data, arena, hooks, record, base);
-            end = res.end;
-            root = res.root;
-            m_r.pickles[at].protocol = res.protocol;
-        } catch (const Error& e) {
-            finding("unreadable_pickle", GlobalClass::unknown, "", record, e.offset().value_or(base),
-                    "the pickle cannot be read to its end (" + e.message() + "): what follows is seen only by the disassembly");
-        }
-        for (const GlobalRef& g : globals) {
-            std::string name = g.module + "." + g.name;
-            named.insert(name);
-            add_global(name, g.cls, record, g.first_offset, g.count);
-        }
-        linear(data, base, record, named, end == 0);
-        m_r.pickles[at].size = end ? end : data.size;
-        if (root && depth < k_max_nesting) nested(root, record, depth);
-        return end;
-    }
-
-    void finding(const std::string& kind, GlobalClass sev, const std::string& global, const std::string& record, uint64_t offset,
-                 const std::string& message) {
-        m_r.findings.push_back({kind, sev, global, record, offset, message});
-    }
-
-private:
-    void add_global(const std::string& name, GlobalClass cls, const std::string& record, uint64_t offset, uint64_t count) {
-        m_r.globals.push_back({name, cls, record, offset, count});
-        if (cls == GlobalClass::dangerous)
-            finding("global", cls, name, record, offset, name + " would run code or reach the system if unpickled");
-        else if (cls == GlobalClass::unknown)
-            finding("global", cls, name, record, offset, name + " is on no allow-list (torch.load(weights_only=True) refuses it)");
-    }
-
-    // Every opcode in order, without running any: GLOBAL and INST names the VM did not reach,
-    // extension codes, and (when the VM stopped early) STACK_GLOBALs whose name is unknown.
-    void linear(ByteView pk, uint64_t base, const std::string& record, const std::unordered_set<std::string>& named, bool vm_failed) {
-        std::map<std::string, std::pair<uint64_t, uint64_t>> extra;  // name → first offset, count
-        uint64_t pos = 0;
-        while (pos < pk.size) {
-            uint8_t op = pk.data[pos];
-            uint64_t len = 0;
-            try {
-                len = opcode_length(pk, pos);
-            } catch (const Error&) {
-                len = 0;
-            }
-            if (len == 0) break;
-            if (op == 'c' || op == 'i') {
-                ByteReader in(pk, "pickle");
-                in.seek(pos + 1);
-                std::string module(in.line()), name(in.line());
-                std::string full = module + "." + name;
-                if (!named.count(full) && !(module == "__builtin__" && named.count("builtins." + name))) {
-                    auto [it, fresh] = extra.emplace(full, std::make_pair(base + pos, 0));
-                    ++it->second.second;
-                }
-            } else if (op == 0x82 || op == 0x83 || op == 0x84) {
-                finding("extension_code", GlobalClass::dangerous, "", record, base + pos,
-                        "an extension code (EXT): the unpickler imports whatever copyreg's registry maps it to");
-            } else if (op == 0x93 && vm_failed) {
-                finding("computed_global", GlobalClass::unknown, "", record, base + pos,
-                        "a STACK_GLOBAL the pickle reaches only past where it could be read: its name is not known");
-            }
-            if (op == '.') break;
-            pos += len;
-        }
-        for (const auto& [full, seen] : extra) {
-            size_t dot = full.find('.');
-            std::string module = full.substr(0, dot), name = full.substr(dot + 1);
-            if (module == "__builtin__") module = "builtins";
-            add_global(module + "." + name, classify_global(module, name), record, seen.first, seen.second);
+            RecordData head = zip.record_prefix(e, 16);
+            bool pkl = ends_with(e.name, ".pkl") || ends_with(e.name, ".pickle");
+            if (!pkl && !npy_start(head.view()) && !pickle_start(head.view())) continue;
+            RecordData d = zip.record_data(e);
+            uint64_t at = base + (e.method == 0 ? zip.data_offset(e) : 0);
+            if (npy_start(d.view())) scan_npy(s, d.view(), at, e.name);
+            else scan_stacked(s, d.view(), at, e.name, !pkl);
+        } catch (const Error& x) {
+            s.note("parse_error", e.name, base + e.local_header_offset, "member not read: " + x.message());
         }
     }
-
-    // bytes values that are pickles themselves (a payload to be loaded by whatever code unpickles
-    // the outer object).
-    void nested(const Value* root, const std::string& record, int depth) {
-        std::vector<const Value*> todo{root};
-        std::unordered_set<const Value*> seen;
-        while (!todo.empty()) {
-            const Value* v = todo.back();
-            todo.pop_back();
-            if (!v || !seen.insert(v).second) continue;
-            if ((v->kind == ValueKind::bytes || v->kind == ValueKind::bytearray) &&
-                looks_like_pickle({reinterpret_cast<const uint8_t*>(v->s.data()), v->s.size()})) {
-                ByteView inner{reinterpret_cast<const uint8_t*>(v->s.data()), v->s.size()};
-                std::string where = record + " > bytes at " + std::to_string(v->offset);
-                finding("nested_pickle", GlobalClass::unknown, "", where, v->offset, "a bytes value that is itself a pickle (scanned as well)");
-                pickle(inner, v->offset, where, depth + 1);
-            }
-            for (const Value* x : v->items) todo.push_back(x);
-            for (const Value* x : v->entries) todo.push_back(x);
-            todo.push_back(v->state);
-            todo.push_back(v->args);
-            todo.push_back(v->callable);
-        }
-    }
-
-    ScanReport& m_r;
-};
+}
 
 // A zip end record in the last 64 KiB + 22 bytes: the file is (also) a zip to readers that look there.
 bool has_zip_end(ByteView f) {
@@ -207,147 +168,56 @@ bool has_zip_end(ByteView f) {
     return false;
 }
 
-void scan_zip(Scanner& s, ScanReport& r, ByteView zipbytes, uint64_t base) {
-    ZipArchive zip = ZipArchive::open(zipbytes);
-    uint64_t first = UINT64_MAX;
-    bool torchscript = false;
-    for (const ZipEntry& e : zip.entries()) {
-        first = std::min(first, e.local_header_offset);
-        if (e.name.find("/code/") != std::string::npos || (e.name.size() >= 13 && e.name.compare(e.name.size() - 13, 13, "constants.pkl") == 0))
-            torchscript = true;
-    }
-    r.format = torchscript ? "torchscript" : "torch-zip";
-    if (first != UINT64_MAX && first > 0)
-        s.finding("polyglot", GlobalClass::unknown, "", "", base, std::to_string(first) + " bytes before the first local header the zip directory names");
-    for (const ZipEntry& e : zip.entries()) {
-        bool pkl = e.name.size() >= 4 && e.name.compare(e.name.size() - 4, 4, ".pkl") == 0;
-        size_t slash = e.name.find('/');
-        bool storage = slash != std::string::npos && e.name.compare(slash, 6, "/data/") == 0 && e.name.find('/', slash + 6) == std::string::npos;
-        if (!pkl && storage) continue;
-        RecordData d = zip.record_data(e);
-        if (!pkl && !looks_like_pickle(d.view())) continue;
-        s.pickle(d.view(), base + (e.method == 0 ? zip.data_offset(e) : 0), e.name);
+void scan_pickle_file(PickleScanner& s, ScanReport& r, ByteView f) {
+    bool legacy = sniff_legacy(f);
+    r.format = legacy ? "legacy" : "pickle";
+    scan_stacked(s, f, 0, "pickle", false, legacy ? 5 : SIZE_MAX);
+    if (!has_zip_end(f)) return;
+    s.finding({"polyglot", GlobalClass::dangerous, "", "", 0, "", "",
+               "a pickle with a zip behind it: torch.load runs the pickle, a zip-reading scanner sees only the zip"});
+    const uint8_t sig[] = {'P', 'K', 3, 4};
+    const uint8_t* z = std::search(f.data, f.data + f.size, sig, sig + 4);
+    if (z == f.data + f.size) return;
+    uint64_t off = static_cast<uint64_t>(z - f.data);
+    try {
+        scan_zip(s, r, tail(f, off), off);
+        r.format = "pickle+zip";
+    } catch (const Error&) {
+        // offsets relative to the whole file, or not a zip after all: the finding stands
     }
 }
 
 }  // namespace
 
-ScanReport scan_file(const std::string& path) {
+ScanReport scan_bytes(ByteView f, const std::string& name, const ScanOptions& options) {
     ScanReport r;
-    r.file = path;
-    try {
-        MappedFile file(path);
-        ByteView f = file.view();
-        Scanner s(r);
-        if (f.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): nothing to scan");
-        if (ZipArchive::sniff(f)) {
-            scan_zip(s, r, f, 0);
-        } else if (sniff_safetensors(f)) {
-            read_safetensors(f);  // the header is checked; there is no pickle
-            r.format = "safetensors";
-        } else if (looks_like_pickle(f) || f.data[0] == '(' || f.data[0] == 'c' || f.data[0] == '}' || f.data[0] == ']') {
-            // torch.load of a file that is not a zip unpickles from its first byte.
-            bool legacy = sniff_legacy(f);
-            r.format = legacy ? "legacy" : "pickle";
-            uint64_t at = 0;
-            for (int n = 0; n < (legacy ? 5 : 1) && at < f.size; ++n) {
-                std::string record = legacy ? "pickle " + std::to_string(n + 1) + " of 5" : "pickle";
-                uint64_t used = s.pickle(*f.sub(at, f.size - at), at, record);
-                if (used == 0) break;
-                at += used;
-            }
-            if (has_zip_end(f)) {
-                s.finding("polyglot", GlobalClass::dangerous, "", "", 0,
-                          "a pickle with a zip behind it: torch.load runs the pickle, a zip-reading scanner sees only the zip");
-                const uint8_t sig[] = {'P', 'K', 3, 4};
-                const uint8_t* z = std::search(f.data, f.data + f.size, sig, sig + 4);
-                if (z != f.data + f.size) {
-                    uint64_t off = static_cast<uint64_t>(z - f.data);
-                    try {
-                        scan_zip(s, r, *f.sub(off, f.size - off), off);
-                        r.format = "pickle+zip";
-                    } catch (const Error&) {
-                        // offsets relative to the whole file, or not a zip after all: the finding stands
-                    }
-                }
-            }
-        } else {
-            throw Error(ErrorKind::format, "", "not a checkpoint or pickle (no zip, pickle, legacy or safetensors start)");
-        }
-    } catch (const Error& e) {
-        if (e.path().empty()) throw e.with_path(path);
-        throw;
+    r.file = name;
+    PickleScanner s(r, *options.policy);
+    if (f.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): nothing to scan");
+    if (ZipArchive::sniff(f)) {
+        scan_zip(s, r, f, 0);
+    } else if (sniff_safetensors(f)) {
+        read_safetensors(f);  // the header is checked; there is no pickle
+        r.format = "safetensors";
+    } else if (npy_start(f)) {
+        r.format = "npy";
+        scan_npy(s, f, 0, "array");
+    } else if (pickle_start(f)) {
+        scan_pickle_file(s, r, f);
+    } else {
+        throw Error(ErrorKind::format, "", "not a checkpoint or pickle (no zip, pickle, legacy, npy or safetensors start)");
     }
     return r;
 }
 
-nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "scan";
-    j["strict"] = strict;
-    nlohmann::json files = nlohmann::json::array();
-    size_t dangerous = 0, unknown = 0;
-    for (const ScanReport& r : reports) {
-        nlohmann::json f;
-        f["file"] = r.file;
-        f["format"] = r.format;
-        nlohmann::json pk = nlohmann::json::array();
-        for (const auto& p : r.pickles) pk.push_back({{"record", p.record}, {"offset", p.offset}, {"bytes", p.size}, {"protocol", p.protocol}});
-        f["pickles"] = std::move(pk);
-        nlohmann::json gl = nlohmann::json::array();
-        for (const auto& g : r.globals)
-            gl.push_back({{"global", g.global}, {"class", global_class_name(g.cls)}, {"record", g.record}, {"offset", g.offset}, {"count", g.count}});
-        f["globals"] = std::move(gl);
-        nlohmann::json fd = nlohmann::json::array();
-        for (const auto& x : r.findings) {
-            nlohmann::json o = {{"kind", x.kind}, {"severity", global_class_name(x.severity)}, {"record", x.record}, {"offset", x.offset}, {"message", x.message}};
-            o["global"] = x.global.empty() ? nlohmann::json() : nlohmann::json(x.global);
-            fd.push_back(std::move(o));
-        }
-        f["findings"] = std::move(fd);
-        f["dangerous"] = r.dangerous();
-        f["unknown"] = r.unknown();
-        dangerous += r.dangerous();
-        unknown += r.unknown();
-        files.push_back(std::move(f));
+ScanReport scan_file(const std::string& path, const ScanOptions& options) {
+    try {
+        MappedFile file(path);
+        return scan_bytes(file.view(), path, options);
+    } catch (const Error& e) {
+        if (e.path().empty()) throw e.with_path(path);
+        throw;
     }
-    j["files"] = std::move(files);
-    j["dangerous"] = dangerous;
-    j["unknown"] = unknown;
-    return j;
-}
-
-void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style) {
-    Paint paint{style.color};
-    size_t d = r.dangerous(), u = r.unknown();
-    out << paint("1", r.file) << " (" << r.format << ", " << r.pickles.size() << " pickle" << (r.pickles.size() == 1 ? "" : "s") << ", "
-        << r.globals.size() << " globals): ";
-    if (!d && !u) out << paint("32", "nothing dangerous or unknown") << "\n";
-    else out << (d ? paint("31", std::to_string(d) + " dangerous") : "0 dangerous") << ", " << u << " unknown\n";
-    for (const auto& f : r.findings) {
-        out << "  " << (f.severity == GlobalClass::dangerous ? paint("31", "dangerous") : paint("33", "unknown  ")) << "  "
-            << (f.global.empty() ? f.kind : f.global);
-        if (!f.record.empty()) out << "  (" << f.record << ", byte " << f.offset << ")";
-        if (f.kind != "global") out << ": " << f.message;
-        out << "\n";
-    }
-}
-
-std::vector<Annotation> github_annotations(const ScanReport& r, bool strict) {
-    std::vector<Annotation> out;
-    for (const auto& f : r.findings) {
-        bool dangerous = f.severity == GlobalClass::dangerous;
-        std::string kind = f.kind;
-        std::replace(kind.begin(), kind.end(), '_', ' ');
-        std::string message = f.message;  // a global's names it first: "os.system would run code …"
-        if (!f.record.empty()) message += " (" + f.record + ", byte " + std::to_string(f.offset) + ")";
-        out.push_back({dangerous || strict ? "error" : "warning", r.file,
-                       std::string("scan: ") + (dangerous ? "dangerous " : "unknown ") + kind, message});
-    }
-    return out;
 }
 
 }  // namespace ckpt
-

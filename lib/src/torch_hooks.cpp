@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "ckpt/error.hpp"
+#include "pickle_text.hpp"
 
 namespace ckpt {
 
@@ -34,14 +35,14 @@ void TorchHooks::bad(const Value* at, const std::string& what) const {
     throw Error(ErrorKind::corrupt, "", m_record + ": " + what, at->offset);
 }
 
-Value* TorchHooks::global(Value* g) {
+Value* TorchHooks::global(Value* g, std::string_view /*written*/) {
     std::string full = global_name(g);
     auto [it, fresh] = m_global_index.emplace(full, m_globals.size());
     if (fresh) {
         GlobalRef ref;
         ref.module = std::string(g->s);
         ref.name = std::string(g->s2);
-        ref.cls = classify_global(g->s, g->s2);
+        ref.cls = GlobalPolicy::standard().judge(g->s, g->s2).cls;
         ref.first_offset = g->offset;
         ref.record = m_record;
         m_globals.push_back(std::move(ref));
@@ -282,26 +283,7 @@ Value* TorchHooks::reduce(Value* made) {
         // protocol 2 writes bytes as _codecs.encode(text, 'latin1'): decode UTF-8 → Latin-1 bytes.
         std::string_view enc = a.size() > 1 && a[1]->kind == ValueKind::string ? a[1]->s : "utf-8";
         std::string out;
-        std::string_view s = a[0]->s;
-        if (enc == "latin1" || enc == "latin-1" || enc == "iso-8859-1") {
-            for (size_t i = 0; i < s.size(); ++i) {
-                unsigned char ch = static_cast<unsigned char>(s[i]);
-                if (ch < 0x80) {
-                    out += static_cast<char>(ch);
-                } else if ((ch & 0xe0) == 0xc0 && i + 1 < s.size()) {
-                    unsigned cp = ((ch & 0x1fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3fu);
-                    if (cp > 0xff) return nullptr;
-                    out += static_cast<char>(cp);
-                    ++i;
-                } else {
-                    return nullptr;
-                }
-            }
-        } else if (enc == "utf-8" || enc == "utf8") {
-            out = std::string(s);
-        } else {
-            return nullptr;
-        }
+        if (!pickle_text::codecs_encode(a[0]->s, enc, out)) return nullptr;
         Value* b = retype(made, ValueKind::bytes);
         b->s = m_arena.own(std::move(out));
         return b;

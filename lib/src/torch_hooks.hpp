@@ -29,7 +29,7 @@ public:
         m_storage_values.reserve(n);
         m_storage_by_key.reserve(n);
     }
-    Value* global(Value* g) override;
+    Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;
     Value* persistent_load(Value* pid, uint64_t offset) override;
 

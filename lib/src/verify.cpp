@@ -34,7 +34,7 @@ std::string number_text(const std::optional<double>& v) {
     return repr_float(*v);
 }
 
-void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Finding>& out) {
+void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const GlobalPolicy& policy, std::vector<Finding>& out) {
     for (const auto& r : fp.records)
         if (!r.ok())
             out.push_back({"crc_mismatch", r.record,
@@ -58,13 +58,14 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<
                                              std::to_string(t.stats.count) + " values"});
     }
     for (const auto& g : c.globals()) {
-        if (g.cls == GlobalClass::dangerous)
+        GlobalVerdict v = policy.judge(g.module, g.name);
+        if (v.cls == GlobalClass::dangerous)
             out.push_back({"unsafe_global", g.full_name(),
-                           g.full_name() + " is dangerous: unpickling the file would call it (torch.load runs it)"});
-        else if (g.cls == GlobalClass::unknown)
+                           g.full_name() + " is dangerous: unpickling the file would call it (torch.load runs it): " + v.reason});
+        else if (v.cls == GlobalClass::unknown)
             out.push_back({"unsafe_global", g.full_name(),
                            g.full_name() + " is not on the allow-list (a custom class: torch.load(weights_only=True) "
-                                           "refuses the file, a plain torch.load imports and runs it)"});
+                                           "refuses the file, a plain torch.load imports and runs it; --allow it if you trust it)"});
     }
 }
 
@@ -281,7 +282,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     rep.records_checked = fp.records.size();
     for (const RecordInfo& e : c.records()) rep.bytes_read += e.size;
 
-    integrity_findings(c, fp, rep.findings);
+    integrity_findings(c, fp, *o.policy, rep.findings);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
     rep.tensors.reserve(fp.tensors.size() + (ref ? ref->tensors.size() : 0));

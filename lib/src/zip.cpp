@@ -171,13 +171,13 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
         }
         if (disk_start != 0 && disk_start != 0xffff)
             corrupt("entry '" + e.name + "' is on another disk", e.central_offset);
-        if (e.flags & 0x1) corrupt("entry '" + e.name + "' is encrypted", e.central_offset);
-        if (e.method != 0 && e.method != 8)
+        if ((e.flags & 0x1) && !limits.tolerant) corrupt("entry '" + e.name + "' is encrypted", e.central_offset);
+        if (e.method != 0 && e.method != 8 && !limits.tolerant)
             throw Error(ErrorKind::unsupported, "",
                         "zip: entry '" + e.name + "' uses compression method " +
                             std::to_string(e.method) + " (only stored and deflate are read)",
                         e.central_offset);
-        if (e.method == 0 && e.compressed_size != e.size)
+        if (e.method == 0 && e.compressed_size != e.size && !limits.tolerant)
             corrupt("stored entry '" + e.name + "' has different compressed and plain sizes",
                     e.central_offset);
         // The record must fit before the central directory; checked without touching its bytes.
@@ -188,7 +188,7 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
                         ", " + std::to_string(e.compressed_size) +
                         " bytes) runs past the start of the central directory",
                     e.central_offset);
-        if (!zip.m_by_name.insert(e.name, zip.m_entries.size(), zip.name_at()).second)
+        if (!zip.m_by_name.insert(e.name, zip.m_entries.size(), zip.name_at()).second && !limits.tolerant)
             corrupt("duplicate entry '" + e.name + "'", e.central_offset);
         zip.m_entries.push_back(std::move(e));
     }
@@ -202,17 +202,17 @@ const ZipEntry* ZipArchive::find(const std::string& name) const {
 
 uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
     ByteReader r(header, "zip local header of '" + e.name + "'", e.local_header_offset);
-    if (header.size < 30 + e.name.size() || r.u32le() != k_local_sig)
+    if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || r.u32le() != k_local_sig)
         corrupt("bad local header signature for '" + e.name + "'", e.local_header_offset);
     r.u16le();
     r.u16le();
     uint16_t method = r.u16le();
     r.seek(26);
     uint16_t name_len = r.u16le(), extra_len = r.u16le();
-    if (method != e.method)
+    if (method != e.method && !m_limits.tolerant)
         corrupt("local header of '" + e.name + "' disagrees with the directory on the method",
                 e.local_header_offset);
-    if (name_len != e.name.size() || r.bytes(name_len).as_chars() != e.name)
+    if (!m_limits.tolerant && (name_len != e.name.size() || r.bytes(name_len).as_chars() != e.name))
         corrupt("local header name differs from the directory's '" + e.name + "'",
                 e.local_header_offset);
     uint64_t start = e.local_header_offset + 30 + name_len + extra_len;
@@ -223,7 +223,8 @@ uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) cons
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
-    auto header = m_file.sub(e.local_header_offset, 30 + e.name.size());
+    // Tolerant: the local header's own name length counts, whatever the directory says.
+    auto header = m_file.sub(e.local_header_offset, m_limits.tolerant ? 30 : 30 + e.name.size());
     if (!header) corrupt("local header of '" + e.name + "' is past the end of the file", e.local_header_offset);
     return check_local_header(e, *header);
 }
@@ -238,10 +239,18 @@ uint64_t ZipArchive::data_offset(const ZipEntry& e, int fd) const {
     return check_local_header(e, {buf.data(), static_cast<uint64_t>(n)});
 }
 
-RecordData ZipArchive::record_data(const ZipEntry& e) const {
+RecordData ZipArchive::record_data(const ZipEntry& e) const { return record_prefix(e, UINT64_MAX); }
+
+RecordData ZipArchive::record_prefix(const ZipEntry& e, uint64_t max) const {
     uint64_t start = data_offset(e);
     ByteView raw = *m_file.sub(start, e.compressed_size);
-    if (e.method == 0) return RecordData(raw);
+    if (e.method == 0) return RecordData(max < raw.size ? *raw.sub(0, max) : raw);
+    if (e.method != 8)
+        throw Error(ErrorKind::unsupported, "",
+                    "zip: entry '" + e.name + "' uses compression method " + std::to_string(e.method) +
+                        " (only stored and deflate are read)",
+                    start);
+    bool whole = max >= e.size;
 
     // DEFLATE: refuse a size the directory does not justify before allocating anything.
     if (e.size > m_limits.max_inflated_size)
@@ -255,13 +264,13 @@ RecordData ZipArchive::record_data(const ZipEntry& e) const {
                     "zip: entry '" + e.name + "' claims a compression ratio over " +
                         std::to_string(m_limits.max_inflate_ratio) + ":1 (a deflate bomb?)",
                     start);
-    std::vector<uint8_t> out(e.size);
+    std::vector<uint8_t> out(whole ? e.size : max);
     z_stream zs{};
     if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) corrupt("cannot start inflate", start);
     uint64_t in_done = 0, out_done = 0;
     int rc = Z_OK;
-    while (rc == Z_OK) {
-        uint64_t in_left = e.compressed_size - in_done, out_left = e.size - out_done;
+    while (rc == Z_OK && (whole || out_done < out.size())) {
+        uint64_t in_left = e.compressed_size - in_done, out_left = out.size() - out_done;
         zs.next_in = const_cast<Bytef*>(raw.data + in_done);
         zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
         zs.next_out = out.data() + out_done;
@@ -273,6 +282,7 @@ RecordData ZipArchive::record_data(const ZipEntry& e) const {
         if (rc == Z_OK && in_before == zs.avail_in && out_before == zs.avail_out) rc = Z_BUF_ERROR;
     }
     inflateEnd(&zs);
+    if (!whole && out_done == out.size()) return RecordData(std::move(out));
     if (rc != Z_STREAM_END || out_done != e.size)
         corrupt("deflate data of '" + e.name + "' is broken or does not inflate to the " +
                     std::to_string(e.size) + " bytes the directory says",

@@ -319,6 +319,8 @@ def test_scan(s, g, f):
     check_summary(s, o, "scan", 0, 0)
 
     files = [f["plain"], f["shell"], f["custom"], f["weird_global"]]
+    # Default-deny: every finding, dangerous or unknown, is an ::error and exit 1; --strict is kept
+    # for scripts and changes nothing.
     for strict in (False, True):
         extra = ("--strict",) if strict else ()
         o = g.github("scan", *(files + list(extra)))
@@ -326,22 +328,21 @@ def test_scan(s, g, f):
         want = []
         for rep in j.get("files", []):
             for x in rep["findings"]:
-                level = "error" if x["severity"] == "dangerous" or strict else "warning"
-                where = " (%s, byte %d)" % (x["record"], x["offset"]) if x["record"] else ""
-                want.append((level, rep["file"], "scan: %s %s" % (x["severity"], x["kind"].replace("_", " ")), x["message"] + where))
+                where = "%sat byte %d%s" % (x["opcode"] + " " if x["opcode"] else "", x["offset"], " of " + x["record"] if x["record"] else "")
+                want.append(("error", rep["file"], "scan: %s %s" % (x["severity"], x["kind"].replace("_", " ")), "%s (%s)" % (x["message"], where)))
         got = [(a["level"], a.get("file"), a.get("title"), a["message"]) for a in o.annotations]
         s.check(o.rc == rc == 1 and got == want, "scan strict=%s: exit %d/%d\n  %s\n  want %s" % (strict, o.rc, rc, got, want))
         titles = {(a["file"], a["title"], a["level"]) for a in o.annotations}
-        s.check((f["shell"], "scan: dangerous global", "error") in titles
-                and (f["custom"], "scan: unknown global", "error" if strict else "warning") in titles,
+        s.check((f["shell"], "scan: dangerous global", "error") in titles and (f["custom"], "scan: unknown global", "error") in titles,
                 "scan strict=%s: %s" % (strict, titles))
-        s.check(any(a["message"].startswith("pkg,1:50%.Klass is on no allow-list") and a["file"] == f["weird_global"] for a in o.annotations),
+        s.check(any(a["message"].startswith("pkg,1:50%.Klass: on no allow-list") and a["file"] == f["weird_global"] for a in o.annotations),
                 "scan: the global with , : %% round-trips: %s" % [a["message"] for a in o.annotations])
-        errors = sum(1 for x in want if x[0] == "error")
-        check_summary(s, o, "scan", errors, len(want) - errors)
-    # Unknown only, without --strict: warnings, exit 0.
+        check_summary(s, o, "scan", len(want), 0)
+    # Unknown only: errors too, exit 1; allowed, it is clean.
     o = g.github("scan", f["custom"])
-    s.check(o.rc == 0 and o.annotations and all(a["level"] == "warning" for a in o.annotations), "scan unknown only: %d %s" % (o.rc, o.annotations))
+    s.check(o.rc == 1 and o.annotations and all(a["level"] == "error" for a in o.annotations), "scan unknown only: %d %s" % (o.rc, o.annotations))
+    o = g.github("scan", f["custom"], "--allow", "__main__.Custom")
+    s.check(o.rc == 0 and not o.annotations, "scan unknown, allowed: %d %s" % (o.rc, o.annotations))
     # The cap across a run, and the warning's file when all the rest are in one file.
     o = g.github("scan", f["shell"], f["many_globals"])
     rc, j = g.report("scan", f["shell"], f["many_globals"])

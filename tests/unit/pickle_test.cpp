@@ -224,3 +224,92 @@ TEST_CASE("repr matches Python's for floats") {
     CHECK(big_integer_decimal(std::string("\xff", 1)) == "-1");
     CHECK(big_integer_decimal(std::string("\x00\x80", 2)) == "-32768");
 }
+
+TEST_CASE("pickle: text integers are read as CPython reads them") {
+    // INT: C's strtol with base 0 first, then int(text, 0); LONG: int(text, 0).
+    CHECK(repr_of("(I0x10\nI010\nI 5\nI-7\nI1_000\nL10L\nL0x1fL\nL-0o17L\nL123456789012345678901234567890L\nt.") ==
+          "(16, 8, 5, -7, 1000, 10, 31, -15, 123456789012345678901234567890)");
+    CHECK(repr_of("(I00\nI01\nt.") == "(False, True)");
+    for (const char* bad : {"I\n.", "L010L\n.", "I1__0\n.", "Ixyz\n.", "L_1L\n.", "L0x_L\n."}) {
+        INFO(bad);
+        CHECK(error_of(bad) == ErrorKind::corrupt);
+    }
+}
+
+// A pickle literal that may hold NUL bytes.
+template <size_t N>
+std::string lit(const char (&s)[N]) {
+    return std::string(s, N - 1);
+}
+
+TEST_CASE("pickle: faults where CPython faults") {
+    std::string message;
+    // GLOBAL names are decoded as strict UTF-8 before anything is imported.
+    CHECK(error_of("cmod\n\xf8\n.", &message) == ErrorKind::corrupt);
+    CHECK(message.find("UTF-8") != std::string::npos);
+    // A FRAME must have its bytes: the C unpickler reads them ahead.
+    CHECK(error_of(std::string("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00N.", 13), &message) == ErrorKind::corrupt);
+    CHECK(message.find("FRAME") != std::string::npos);
+    // Unhashable keys and items: a list as a key, a dict that is its own key, a set in itself.
+    CHECK(error_of("\x80\x02}]K\x01s.") == ErrorKind::corrupt);
+    CHECK(error_of(lit("\x80\x04}\x94h\x00Vv\ns."), &message) == ErrorKind::corrupt);
+    CHECK(message.find("unhashable") != std::string::npos);
+    CHECK(error_of(lit("\x80\x04\x8f\x94(h\x00\x90.")) == ErrorKind::corrupt);
+    CHECK(error_of("\x80\x04(]\x91.") == ErrorKind::corrupt);
+    // A tuple is hashable when its items are; a dict may hold itself as a value.
+    CHECK(repr_of("\x80\x02}K\x01K\x02\x86K\x03s.") == "{(1, 2): 3}");
+    CHECK_NOTHROW(repr_of(lit("\x80\x02}q\x00Vself\nh\x00s.")));
+}
+
+TEST_CASE("pickle: progress says how many opcodes ran before a fault") {
+    ValueArena arena;
+    PickleHooks hooks;
+    auto run = [&](const std::string& b) {
+        PickleProgress progress;
+        try {
+            run_pickle({reinterpret_cast<const uint8_t*>(b.data()), b.size()}, arena, hooks, "t", 0, {}, nullptr, &progress);
+        } catch (const Error&) {
+        }
+        return progress.opcodes;
+    };
+    CHECK(run("\x80\x02]K\x01\x61.") == 5);  // PROTO, EMPTY_LIST, BININT1, APPEND, STOP
+    CHECK(run("\x80\x04t.") == 1);          // PROTO ran, TUPLE had no MARK
+    CHECK(run("cmod\n\xf8\n") == 0);        // the first opcode already fails: no pickle
+    CHECK(run("\x80\x02N.") == 3);
+}
+
+TEST_CASE("pickle: the scanning hooks see what a checkpoint reader refuses") {
+    struct Seen : PickleHooks {
+        int computed = 0, ext = 0, mutations = 0;
+        std::string written;
+        ValueArena* arena = nullptr;
+        Value* global(Value* g, std::string_view w) override { written += std::string(w) + ";"; return g; }
+        Value* computed_global(Value* m, Value* n, uint64_t off) override {
+            ++computed;
+            Value* g = arena->make(ValueKind::global, off);
+            (void)m, (void)n;
+            return g;
+        }
+        Value* extension(uint32_t code, uint64_t off) override {
+            ext += static_cast<int>(code);
+            return arena->make(ValueKind::global, off);
+        }
+        void mutate(Value*, uint8_t op, uint64_t) override { mutations += op == 'b' ? 100 : 1; }
+    };
+    ValueArena arena;
+    Seen hooks;
+    hooks.arena = &arena;
+    auto run = [&](const std::string& b) {
+        return run_pickle({reinterpret_cast<const uint8_t*>(b.data()), b.size()}, arena, hooks, "t").root;
+    };
+    // STACK_GLOBAL of values computed by calls; then an EXT2 code; BUILD and SETITEM on a global.
+    run(lit("\x80\x04" "cbuiltins\nstr\n(Vos\ntR" "cbuiltins\nstr\n(Vsystem\ntR" "\x93" "0" "\x83\x05\x00" "0"
+            "c__builtin__\nset\n}b" "K\x01K\x02s" "0N."));
+    CHECK(hooks.computed == 1);
+    CHECK(hooks.ext == 5);
+    CHECK(hooks.mutations == 101);
+    CHECK(hooks.written == "builtins;builtins;__builtin__;");
+    // The plain hooks keep refusing what no checkpoint needs.
+    CHECK(error_of("\x80\x04" "cbuiltins\nstr\n)R" "K\x01\x93.") == ErrorKind::corrupt);
+    CHECK(error_of("\x80\x02\x82\x01.") == ErrorKind::unsupported);
+}

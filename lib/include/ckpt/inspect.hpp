@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/globals.hpp"
 
 namespace ckpt {
 
 struct InspectOptions {
     std::vector<std::string> key_globs;  // --keys: list only matching tensors (by key or name)
     bool all = false;                    // --all: every tensor, no elided rows
+    const GlobalPolicy* policy = &GlobalPolicy::standard();  // how globals are judged (--allow)
 };
 
 struct TensorRow {
@@ -68,6 +70,7 @@ struct InspectReport {
     std::vector<OptimizerSummary> optimizers;
     std::vector<Hint> hints;
     std::vector<Warning> warnings;
+    std::vector<GlobalVerdict> globals;  // the checkpoint's globals, judged by the options' policy, in order
     Totals state_dict_totals, all_totals;
     uint64_t storage_bytes = 0;        // unique storages
     bool listed(const TensorRow& row) const;  // passes --keys

@@ -25,15 +25,29 @@ struct PickleLimits {
 class PickleHooks {
 public:
     virtual ~PickleHooks() = default;
-    // A GLOBAL or STACK_GLOBAL (module already mapped to its Python 3 name). Returns the value to push:
-    // the arena global `g` itself, possibly retyped in place (a dtype); `g` is new, nothing refers to it.
-    virtual Value* global(Value* g) { return g; }
+    // A GLOBAL, INST or STACK_GLOBAL (module already mapped to its Python 3 name; `written` is the
+    // module as the pickle wrote it). Returns the value to push: the arena global `g` itself,
+    // possibly retyped in place (a dtype); `g` is new, nothing refers to it.
+    virtual Value* global(Value* g, std::string_view written) { (void)written; return g; }
     // REDUCE / NEWOBJ of `callable` with `args` (a tuple). `made` is the opaque object the VM built for
     // it, new, so nothing refers to it yet; return the typed value to push instead (which may be
     // `made` itself, retyped in place), or nullptr to push `made` as it is.
     virtual Value* reduce(Value* made) { (void)made; return nullptr; }
     // BINPERSID / PERSID. Return the value to push; the default refuses.
     virtual Value* persistent_load(Value* pid, uint64_t offset);
+
+    // What a real unpickler does and a checkpoint never needs; the scanner records it and goes on.
+    // STACK_GLOBAL whose operands are not two strings: the value to push, or nullptr to fail as
+    // CPython fails ("STACK_GLOBAL requires str"), which is the default.
+    virtual Value* computed_global(Value* module, Value* name, uint64_t offset) {
+        (void)module, (void)name, (void)offset;
+        return nullptr;
+    }
+    // EXT1/2/4 (copyreg's extension registry): the value to push, or nullptr to refuse (the default).
+    virtual Value* extension(uint32_t code, uint64_t offset) { (void)code, (void)offset; return nullptr; }
+    // BUILD, SETITEM(S), APPEND(S) or ADDITEMS (`opcode`) on a global or an opaque object, which a
+    // real unpickler does through the target's own methods (__setstate__, __setitem__, append …).
+    virtual void mutate(Value* target, uint8_t opcode, uint64_t offset) { (void)target, (void)opcode, (void)offset; }
 };
 
 // Where things came from in the pickle's bytes, for writers that patch a pickle instead of
@@ -73,17 +87,21 @@ struct PickleResult {
     uint64_t end = 0;         // bytes consumed (up to and including STOP)
 };
 
+// How far the VM got, filled in also when it throws: a scanner that catches the Error learns how
+// many opcodes a real unpickler would have run before the same fault (0: the very first opcode could
+// not be read, so the data is no pickle at all).
+struct PickleProgress {
+    uint64_t opcodes = 0;  // opcodes completed
+};
+
 // Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and
 // `context` names it in errors ("data.pkl").
 PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
                         const std::string& context, uint64_t base = 0, PickleLimits limits = {},
-                        PickleTrace* trace = nullptr);
+                        PickleTrace* trace = nullptr, PickleProgress* progress = nullptr);
 
-// Length in bytes of the opcode (with its argument) at `pos` of a pickle, for the opcodes a trace
-// points at: string pushes, GLOBAL, GETs, PUTs, MEMOIZE, FRAME. Returns 0 for any other opcode.
+// Length in bytes of the opcode (with its argument) at `pos` of a pickle (the opcodes a trace points
+// at: string pushes, GLOBAL, GETs, PUTs, MEMOIZE, FRAME). 0 when it is no opcode or is truncated.
 uint64_t traced_opcode_length(ByteView pickle, uint64_t pos);
-
-// Python 2 module names that pickle's fix_imports maps (`__builtin__` → `builtins`, `copy_reg` → …).
-std::string python3_module(std::string_view module);
 
 }  // namespace ckpt

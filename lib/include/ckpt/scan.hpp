@@ -1,13 +1,23 @@
-// `scan`: what every pickle in a file would make a real unpickler import, classified by allow-list
-// first (globals.hpp: safe, benign, unknown, dangerous), without running any of it.
+// `scan`: the gate before torch.load of a file nobody has vouched for. Default-deny, as
+// torch.load(weights_only=True) is: every global a pickle names is judged by GlobalPolicy
+// (globals.hpp), and anything not on an allow-list is a finding. Nothing is ever run.
 //
-// Which pickles: every .pkl record of a zip and any other record that starts like a pickle (storage
-// records excepted); the five pickles of the legacy format; a bare pickle file (torch.load runs the
-// first pickle of any file that is not a zip); pickles nested in bytes values, to a depth of 4. A
-// global is taken where the VM resolves it (GLOBAL, INST, STACK_GLOBAL through the memo), and also by
-// a linear disassembly that does not depend on the VM getting that far, so a pickle the VM cannot
-// finish still shows every GLOBAL and INST it names. Files that are two formats at once (a zip behind
-// a pickle, bytes before the zip's first local header) are findings too.
+// Which pickles, read as CPython's Modules/_pickle.c reads them:
+//   - a bare file: every pickle back to back (a second one after STOP, and one after junk bytes),
+//     protocols 0-5, with or without PROTO; a legacy torch file's five;
+//   - a zip (torch, TorchScript, .npz, any other): every member but a torch storage, the way torch's
+//     reader takes them (by the central directory, general-purpose flags and CRCs ignored, a local
+//     header name that differs tolerated); a member is a pickle by its name (.pkl) or its bytes;
+//   - .npy (and .npz members) with object arrays, whose data is a pickle;
+//   - pickles nested in the scanned ones: bytes values that are pickles, hex or base64 text that
+//     decodes to one, and whatever a pickle-loading call (pickle.loads, torch's _load_from_bytes …)
+//     is handed, also after a decoding call (base64, binascii, codecs) the pickle makes itself.
+// What is judged: each global (GLOBAL, INST, STACK_GLOBAL, through the memo), dotted names by every
+// attribute they walk, names computed at load time, extension codes, calls of computed values,
+// BUILD/SETITEM/APPEND on globals and on what functions return, a malformed stream (the unpickler
+// runs everything before the fault), a second PROTO, FRAME lengths that disagree with the opcodes
+// (then the pickle is also read as the C unpickler reads it from a file), value graphs that expand by
+// reference, and files that are two formats at once.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/bytes.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
@@ -24,17 +35,34 @@
 namespace ckpt {
 
 struct ScannedGlobal {
-    std::string global;  // "module.name"
+    std::string global;  // "module.qualname" as the pickle writes it
     GlobalClass cls = GlobalClass::unknown;
+    std::string rule;    // which list or rule decided (GlobalVerdict::rule)
+    std::string reason;
+    bool weights_only = false;  // torch 2.6's weights_only load allows it
     std::string record;  // the pickle: "archive/data.pkl", "pickle 4 of 5", "… > bytes at 1234"
     uint64_t offset = 0; // file offset of the first opcode naming it (nested: of the bytes holding it)
+    std::string opcode;  // GLOBAL, STACK_GLOBAL or INST
     uint64_t count = 0;
 };
 
 struct ScanFinding {
-    std::string kind;      // "global", "computed_global", "extension_code", "unreadable_pickle", "polyglot"
-    GlobalClass severity;  // dangerous or unknown
-    std::string global;    // for "global": module.name
+    // global, computed_global, computed_call, extension_code, mutates_global, mutates_result,
+    // malformed_pickle, misplaced_proto, frame_violation, expansion, polyglot, hidden_entry
+    std::string kind;
+    GlobalClass severity = GlobalClass::dangerous;  // dangerous or unknown
+    std::string global;  // the global it names, as written ("" for none)
+    std::string record;
+    uint64_t offset = 0;
+    std::string opcode;  // the opcode at `offset` ("" for none)
+    std::string rule;    // for a global: the rule that judged it
+    std::string message;
+};
+
+// What was seen and is no finding: a pickle that is nested, one that is no pickle at all, bytes that
+// follow the last pickle, an encrypted member.
+struct ScanNote {
+    std::string kind;  // nested_pickle, not_a_pickle, trailing_bytes, encrypted_member, parse_error
     std::string record;
     uint64_t offset = 0;
     std::string message;
@@ -47,22 +75,35 @@ struct ScanPickle {
 };
 
 struct ScanReport {
-    std::string file, format;  // "torch-zip", "torchscript", "legacy", "pickle", "safetensors", "zip"
+    std::string file;
+    std::string format;  // torch-zip, torchscript, zip, npz, npy, legacy, pickle, pickle+zip, safetensors
     std::vector<ScanPickle> pickles;
     std::vector<ScannedGlobal> globals;
     std::vector<ScanFinding> findings;
+    std::vector<ScanNote> notes;
     size_t dangerous() const;
     size_t unknown() const;
+    bool clean() const { return findings.empty(); }
+};
+
+struct ScanOptions {
+    const GlobalPolicy* policy = &GlobalPolicy::standard();
 };
 
 // Throws Error for a file that cannot be read at all (missing, empty, not any format scan knows).
-ScanReport scan_file(const std::string& path);
+ScanReport scan_file(const std::string& path, const ScanOptions& options = {});
+// The same on bytes in memory (the fuzzer's entry); `name` stands for the file in the report.
+ScanReport scan_bytes(ByteView bytes, const std::string& name, const ScanOptions& options = {});
 
+// `strict` is scan --strict, kept for scripts: its meaning (unknown globals fail) is the default now.
 nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict);
-void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style);
-// `--format github`: one annotation per finding, on `r.file`: ::error for a dangerous one, and for an
-// unknown one with `strict` (both make exit 1), ::warning for an unknown one without it ("scan:
-// dangerous global", "scan: unknown polyglot" …); render_github applies the cap.
-std::vector<Annotation> github_annotations(const ScanReport& r, bool strict);
+void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style, bool verbose = false);
+// `--format github`: one ::error annotation per finding, on `r.file` ("scan: dangerous global",
+// "scan: unknown global" …); render_github applies the cap.
+std::vector<Annotation> github_annotations(const ScanReport& r);
+// `--format sarif`: one SARIF 2.1.0 log, a run of ckpt-tool with a rule per finding kind and a result
+// per finding (error for dangerous, warning for unknown), located by file, byte offset and record.
+// `errors`: files that could not be scanned, as tool execution notifications.
+nlohmann::json to_sarif(const std::vector<ScanReport>& reports, const std::vector<std::pair<std::string, std::string>>& errors);
 
 }  // namespace ckpt

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/globals.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
@@ -36,6 +37,7 @@ struct VerifyOptions {
     std::vector<std::string> key_globs;
     unsigned threads = 0;
     std::function<void(uint64_t, uint64_t)> progress;
+    const GlobalPolicy* policy = &GlobalPolicy::standard();  // how globals are judged (--allow)
 };
 
 struct Finding {

@@ -45,6 +45,10 @@ struct ZipLimits {
     uint64_t max_entries = 10'000'000;
     uint64_t max_inflated_size = 64ull << 30;  // one DEFLATE record, inflated
     uint64_t max_inflate_ratio = 1100;         // DEFLATE cannot do better than ~1032:1
+    // Read as torch's reader (miniz) does, for the scanner: general-purpose flags (encryption bits)
+    // ignored, a local header whose name or method differs from the directory's taken by the
+    // directory, repeated names and unknown methods kept as entries (record_data refuses those).
+    bool tolerant = false;
 };
 
 class ZipArchive {
@@ -68,6 +72,8 @@ public:
     uint64_t data_offset(const ZipEntry& entry, int fd) const;
     // The record's bytes, inflated if needed (and checked against the size in the directory).
     RecordData record_data(const ZipEntry& entry) const;
+    // Its first `max` bytes (fewer when it is shorter), inflating no more than that.
+    RecordData record_prefix(const ZipEntry& entry, uint64_t max) const;
     // CRC-32 of the record's (uncompressed) bytes, computed now.
     uint32_t compute_crc32(const ZipEntry& entry) const;
 
