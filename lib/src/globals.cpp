@@ -121,6 +121,9 @@ const char* reviewed_family(std::string_view module, std::string_view qualname) 
             ends("Iteration"))
             return "an exception class: making one runs nothing";
     }
+    if (!upper && (module == "torch.nn.functional" || module == "torch._C._nn"))
+        return "a tensor function of torch's nn (a whole pickled model keeps its activation, F.gelu pickles as "
+               "torch._C._nn.gelu)";
     if (upper && (starts_with(module, "torch.nn.modules.") || starts_with(module, "torch.optim.")))
         return "a module or optimizer class of torch's own (a whole pickled model: unpickling fills its "
                "__dict__; torch.load(weights_only=True) refuses it)";

@@ -36,11 +36,11 @@ struct Walk {
         uint64_t arg;   // where its argument (the payload of a counted one) starts
         uint64_t end;   // just past it
     };
-    std::vector<Op> ops_seen;
-    std::vector<std::pair<uint64_t, uint64_t>> consumed;  // file mode: the byte ranges read, in order
+    bool record = false;  // file mode: keep the byte ranges read, to read the stream again
+    std::vector<std::pair<uint64_t, uint64_t>> consumed;  // those ranges, in order
     uint64_t straddle = UINT64_MAX;     // file mode: where a read first ran past a frame
     uint64_t nested_frame = UINT64_MAX; // a FRAME that opens inside another
-    bool stopped = false;               // reached STOP
+    uint64_t frames = 0;
 };
 
 class Reader {
@@ -57,7 +57,7 @@ public:
         uint64_t at = m_p;
         m_p += n;
         if (m_p > m_be) m_be = m_p;
-        if (take && m_file && n) w.consumed.emplace_back(at, n);
+        if (take && w.record && n) w.consumed.emplace_back(at, n);
         return at;
     }
     uint64_t line(Walk& w) {
@@ -95,8 +95,9 @@ private:
     uint64_t m_p = 0, m_be = 0;  // position; end of the bytes read ahead
 };
 
-Walk walk(ByteView pk, bool file) {
-    Walk w;
+// Calls on_op(const Walk::Op&) for each opcode read, up to STOP or the first that cannot be read.
+template <class OnOp>
+void walk(ByteView pk, bool file, Walk& w, OnOp&& on_op) {
     Reader r(pk, file);
     while (r.pos() < pk.size) {
         uint64_t at = r.read(1, w);
@@ -123,7 +124,8 @@ Walk walk(ByteView pk, bool file) {
             case ops::Arg::u8: {  // FRAME: its bytes are read ahead; the stream read in file mode leaves it out
                 uint64_t l = r.read(8, w);
                 ok = l == UINT64_MAX ? l : (r.frame(r.le(l, 8), w) ? l : UINT64_MAX);
-                if (file && ok != UINT64_MAX && w.consumed.size() >= 2) w.consumed.resize(w.consumed.size() - 2);
+                if (w.record && ok != UINT64_MAX && w.consumed.size() >= 2) w.consumed.resize(w.consumed.size() - 2);
+                ++w.frames;
                 break;
             }
             case ops::Arg::len1: ok = counted(1, false); break;
@@ -134,13 +136,9 @@ Walk walk(ByteView pk, bool file) {
             case ops::Arg::two_lines: ok = r.line(w); if (ok != UINT64_MAX) ok = r.line(w); break;
         }
         if (ok == UINT64_MAX) break;
-        w.ops_seen.push_back({at, op, arg, r.pos()});
-        if (op == ops::STOP) {
-            w.stopped = true;
-            break;
-        }
+        on_op(Walk::Op{at, op, arg, r.pos()});
+        if (op == ops::STOP) break;
     }
-    return w;
 }
 
 // The bytes an opcode's text argument spans, without its newline(s).
@@ -263,15 +261,15 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     for (const SeenGlobal& g : hooks.globals) add_name(g.module, g.name, g.offset, g.opcode);
 
     // The disassembly: structure, and what lies past a fault.
-    Walk lin = walk(data, false);
-    uint64_t dups = 0, gets = 0, puts = 0, protos = 0;
-    for (size_t k = 0; k < lin.ops_seen.size(); ++k) {
-        const Walk::Op& o = lin.ops_seen[k];
+    Walk lin;
+    uint64_t dups = 0, gets = 0, puts = 0, protos = 0, index = 0;
+    walk(data, false, lin, [&](const Walk::Op& o) {
         uint64_t off = base + o.pos;
-        if (o.op == ops::PROTO && k > 0 && protos++ == 0)
+        if (o.op == ops::PROTO && index > 0 && protos++ == 0)
             finding({"misplaced_proto", GlobalClass::dangerous, "", record, off, "PROTO", "",
                      "a PROTO past the pickle's first opcode: picklers write one, first; a second one is an "
                      "edited stream (a scanner that stops at the first STOP or PROTO sees less than the unpickler runs)"});
+        ++index;
         if (o.op == ops::DUP) ++dups;
         if (o.op == ops::BINGET || o.op == ops::LONG_BINGET || o.op == ops::GET) ++gets;
         if (o.op == ops::BINPUT || o.op == ops::LONG_BINPUT || o.op == ops::PUT || o.op == ops::MEMOIZE) ++puts;
@@ -289,21 +287,25 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
                                                         "is not known without running it"});
             }
         }
-        if (depth < k_max_nesting) {
-            ByteView payload{data.data + o.arg, o.end - o.arg};
-            if (bytes_opcode(o.op) && proto_start(payload))
-                hooks.nested.push_back({payload, off, "bytes", false});
-            std::string decoded;
-            if (text_opcode(o.op) && text_pickle(payload.as_chars(), decoded)) {
-                std::string_view kept = arena.own(decoded);
-                hooks.nested.push_back({{reinterpret_cast<const uint8_t*>(kept.data()), kept.size()}, off,
-                                        "hex or base64 text", false});
-            }
+        if (depth >= k_max_nesting) return;
+        ByteView payload{data.data + o.arg, o.end - o.arg};
+        if (bytes_opcode(o.op) && proto_start(payload)) hooks.nested.push_back({payload, off, "bytes", false});
+        std::string decoded;
+        if (text_opcode(o.op) && text_pickle(payload.as_chars(), decoded)) {
+            std::string_view kept = arena.own(decoded);
+            hooks.nested.push_back({{reinterpret_cast<const uint8_t*>(kept.data()), kept.size()}, off,
+                                    "hex or base64 text", false});
         }
-    }
+    });
 
-    // FRAME lengths that end inside an opcode: read it again as the C unpickler reads a file.
-    Walk file = walk(data, true);
+    // FRAME lengths that end inside an opcode: read it again as the C unpickler reads a file. Without
+    // FRAMEs the two readings are one; with them, the byte ranges are kept only for a second walk.
+    Walk file;
+    if (lin.frames) walk(data, true, file, [](const Walk::Op&) {});
+    if (file.straddle != UINT64_MAX) {
+        file.record = true;
+        walk(data, true, file, [](const Walk::Op&) {});
+    }
     if (file.straddle != UINT64_MAX || file.nested_frame != UINT64_MAX) {
         uint64_t where = std::min(file.straddle, file.nested_frame);
         finding({"frame_violation", GlobalClass::dangerous, "", record, base + where, "FRAME", "",

@@ -2,6 +2,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <memory>
+
 #include "ckpt/globals.hpp"
 #include "pickle_ops.hpp"
 #include "pickle_text.hpp"
@@ -211,14 +214,14 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     } else if (fn == "_codecs.decode" || fn == "codecs.decode") {
         if (enc == "hex" || enc == "hex_codec") ok = decode_hex(in->s, out);
         else if (enc == "base64" || enc == "base64_codec" || enc == "base_64") ok = decode_base64(in->s, out);
-    } else if (fn == "zlib.decompress" && in->kind != ValueKind::string) {
-        // Bounded: a payload, not a bomb.
-        std::vector<uint8_t> buf(64u << 20);
-        uLongf n = buf.size();
-        ok = uncompress(buf.data(), &n, reinterpret_cast<const Bytef*>(in->s.data()), in->s.size()) == Z_OK;
-        if (ok) out.assign(reinterpret_cast<const char*>(buf.data()), n);
+    } else if (fn == "zlib.decompress" && in->kind != ValueKind::string && m_decode_budget) {
+        uLongf n = std::min<uint64_t>(m_decode_budget, 64u << 20);
+        std::unique_ptr<Bytef[]> buf(new Bytef[n]);
+        ok = uncompress(buf.get(), &n, reinterpret_cast<const Bytef*>(in->s.data()), in->s.size()) == Z_OK;
+        if (ok) out.assign(reinterpret_cast<const char*>(buf.get()), n);
     }
-    if (!ok) return false;
+    if (!ok || out.size() > m_decode_budget) return false;
+    m_decode_budget -= out.size();
     made->kind = ValueKind::bytes;
     made->s = m_arena.own(out);
     if (proto_start(made->s))

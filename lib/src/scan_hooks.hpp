@@ -68,6 +68,9 @@ private:
     ValueArena& m_arena;
     ByteView m_data;
     uint64_t m_base;
+    // What decoding calls may produce in one pickle, all of them together: a payload is decoded, a
+    // thousand calls of zlib.decompress are not a way to make the scan take memory and minutes.
+    uint64_t m_decode_budget = 256u << 20;
 };
 
 // Is `v` a global the hooks made up for a name computed at load time?

@@ -47,7 +47,8 @@ TEST_CASE("globals: reviewed data classes are benign, not on torch's list") {
                         {"omegaconf.dictconfig", "DictConfig"}, {"typing", "Any"}, {"torch.nn.modules.conv", "Conv2d"},
                         {"copyreg", "_reconstructor"}, {"copy_reg", "_reconstructor"}, {"exceptions", "ValueError"},
                         {"builtins", "KeyError"}, {"__torch__.torch.nn.modules.conv", "Conv2d"},
-                        {"torch.jit._pickle", "build_intlist"}, {"numpy.random._pickle", "__randomstate_ctor"}}) {
+                        {"torch.jit._pickle", "build_intlist"}, {"numpy.random._pickle", "__randomstate_ctor"},
+                        {"torch.nn.functional", "relu"}, {"torch._C._nn", "gelu"}, {"torch", "OrderedDict"}}) {
         GlobalVerdict v = GlobalPolicy::standard().judge(m, n);
         INFO(m << "." << n << ": " << v.rule << ", " << v.reason);
         CHECK(v.cls == GlobalClass::benign);
@@ -69,7 +70,9 @@ TEST_CASE("globals: default-deny: the standard library, torch and numpy outside 
                         {"uuid", "_get_command_stdout"}, {"imaplib", "IMAP4_stream"}, {"_pyrepl.pager", "pipe_pager"},
                         {"test.support.script_helper", "assert_python_ok"}, {"httplib", "HTTPSConnection"},
                         {"ssl", "get_server_certificate"}, {"string", "capwords"}, {"torch", "load"}, {"numpy", "load"},
-                        {"torch", "_utils"}, {"_thread", "allocate_lock"}, {"linecache", "getline"}, {"sqlite3", "connect"}}) {
+                        {"torch", "_utils"}, {"_thread", "allocate_lock"}, {"linecache", "getline"}, {"sqlite3", "connect"},
+                        {"torch._C", "_get_tracing_state"}, {"torch._C._nn", "Gelu.__init__"}, {"unittest.mock", "_importer"},
+                        {"_interpreters", "create"}, {"fickling.hook", "remove_hook"}, {"torch.nn.functional", "Thing.x"}}) {
         INFO(m << "." << n);
         CHECK(cls(m, n) == GlobalClass::dangerous);
     }
