@@ -40,6 +40,8 @@ struct Walk {
     std::vector<std::pair<uint64_t, uint64_t>> consumed;  // those ranges, in order
     uint64_t straddle = UINT64_MAX;     // file mode: where a read first ran past a frame
     uint64_t nested_frame = UINT64_MAX; // a FRAME that opens inside another
+    uint64_t overrun = UINT64_MAX;      // an opcode that starts inside a frame and ends past it
+    uint64_t frame_lo = 0, frame_hi = 0;  // the last FRAME's bytes
     uint64_t frames = 0;
 };
 
@@ -71,8 +73,13 @@ public:
         return read(e + 1 - m_p, w);
     }
     // FRAME n: the next n bytes are read ahead, then reading goes on from their start.
+    // A FRAME longer than what is left faults the C unpickler; the bytes reading goes on past it,
+    // so that what lies behind a lying FRAME is still seen.
     bool frame(uint64_t n, Walk& w) {
         if (m_be > m_p) w.nested_frame = std::min(w.nested_frame, m_p);
+        if (!m_file && n > m_pk.size - m_p) return true;
+        w.frame_lo = m_p;
+        w.frame_hi = m_p + std::min<uint64_t>(n, m_pk.size - m_p);
         uint64_t at = read(n, w, false);
         if (at == UINT64_MAX) return false;
         m_p = at;
@@ -136,6 +143,9 @@ void walk(ByteView pk, bool file, Walk& w, OnOp&& on_op) {
             case ops::Arg::two_lines: ok = r.line(w); if (ok != UINT64_MAX) ok = r.line(w); break;
         }
         if (ok == UINT64_MAX) break;
+        // CPython's framer commits a frame before an opcode that would not fit (large ones go unframed),
+        // so no opcode it writes starts inside a frame and ends past it.
+        if (at >= w.frame_lo && at < w.frame_hi && r.pos() > w.frame_hi) w.overrun = std::min(w.overrun, at);
         on_op(Walk::Op{at, op, arg, r.pos()});
         if (op == ops::STOP) break;
     }
@@ -244,7 +254,8 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
             return out;
         }
         std::string what = "the pickle breaks at " + at_byte(fault) + " (" + e.message() + "): an unpickler runs the " +
-                           std::to_string(progress.opcodes) + " opcodes before that point, then fails";
+                           std::to_string(progress.opcodes) + (progress.opcodes == 1 ? " opcode" : " opcodes") +
+                           " before that point, then fails";
         if (tentative) note("parse_error", record, fault, what);
         else finding({"malformed_pickle", GlobalClass::dangerous, "", record, fault, "", "",
                       what + "; no pickler writes such a stream (crafted, or damaged)"});
@@ -263,6 +274,8 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     // The disassembly: structure, and what lies past a fault.
     Walk lin;
     uint64_t dups = 0, gets = 0, puts = 0, protos = 0, index = 0;
+    std::string_view pushed[2];
+    int strings = 0;
     walk(data, false, lin, [&](const Walk::Op& o) {
         uint64_t off = base + o.pos;
         if (o.op == ops::PROTO && index > 0 && protos++ == 0)
@@ -273,6 +286,17 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         if (o.op == ops::DUP) ++dups;
         if (o.op == ops::BINGET || o.op == ops::LONG_BINGET || o.op == ops::GET) ++gets;
         if (o.op == ops::BINPUT || o.op == ops::LONG_BINPUT || o.op == ops::PUT || o.op == ops::MEMOIZE) ++puts;
+        // The strings the last two opcodes pushed (memo puts and FRAMEs between them aside): what a
+        // STACK_GLOBAL past a fault most likely names.
+        bool put = o.op == ops::MEMOIZE || o.op == ops::BINPUT || o.op == ops::LONG_BINPUT || o.op == ops::PUT ||
+                   o.op == ops::FRAME;
+        if (text_opcode(o.op) || o.op == ops::UNICODE) {
+            pushed[0] = pushed[1];
+            pushed[1] = o.op == ops::UNICODE ? line_at(data, o.arg) : ByteView{data.data + o.arg, o.end - o.arg}.as_chars();
+            strings = std::min(strings + 1, 2);
+        } else if (!put && o.op != ops::STACK_GLOBAL) {
+            strings = 0;
+        }
         if (off >= fault && fault != UINT64_MAX) {
             // Past the fault: CPython stops there, another reader may not; names are judged anyway.
             if (o.op == ops::GLOBAL || o.op == ops::INST) {
@@ -280,6 +304,8 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
                 std::string_view name = line_at(data, o.arg + module.size() + 1);
                 if (importable_module_name(module) && !name.empty())
                     add_name(std::string(module), std::string(name), off, o.op);
+            } else if (o.op == ops::STACK_GLOBAL && strings == 2 && importable_module_name(pushed[0]) && !pushed[1].empty()) {
+                add_name(std::string(pushed[0]), std::string(pushed[1]), off, o.op);
             } else if (o.op == ops::STACK_GLOBAL || o.op == ops::EXT1 || o.op == ops::EXT2 || o.op == ops::EXT4) {
                 finding({o.op == ops::STACK_GLOBAL ? "computed_global" : "extension_code", GlobalClass::dangerous, "",
                          record, off, ops::name(o.op), "",
@@ -306,13 +332,14 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         file.record = true;
         walk(data, true, file, [](const Walk::Op&) {});
     }
-    if (file.straddle != UINT64_MAX || file.nested_frame != UINT64_MAX) {
-        uint64_t where = std::min(file.straddle, file.nested_frame);
+    if (file.straddle != UINT64_MAX || file.nested_frame != UINT64_MAX || lin.overrun != UINT64_MAX) {
+        uint64_t where = std::min({file.straddle, file.nested_frame, lin.overrun});
         finding({"frame_violation", GlobalClass::dangerous, "", record, base + where, "FRAME", "",
                  file.straddle != UINT64_MAX
                      ? "a FRAME ends inside an opcode: pickle.loads and pickletools read one sequence of opcodes, "
                        "the C unpickler reading a file (as torch.load does) another; both are scanned"
-                     : "a FRAME opens inside another frame, which no pickler writes"});
+                 : file.nested_frame != UINT64_MAX ? "a FRAME opens inside another frame, which no pickler writes"
+                                                   : "an opcode starts inside a FRAME and ends past it, which no pickler writes"});
         if (file.straddle != UINT64_MAX && depth < k_max_nesting) {
             std::string stream;
             for (auto [from, n] : file.consumed) stream.append(reinterpret_cast<const char*>(data.data + from), n);

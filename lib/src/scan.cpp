@@ -105,6 +105,16 @@ void scan_npy(PickleScanner& s, ByteView b, uint64_t base, const std::string& re
     ByteView data = tail(b, start);
     if (object) s.scan(data, base + start, record + " (object array)", false);
     else if (proto_start(data)) s.scan(data, base + start, record + " (data that starts like a pickle)", true);
+    // A header length that disagrees with where the header's newline is: a reader that goes by the
+    // newline finds its data elsewhere, and that is scanned too.
+    const uint8_t* nl = std::find(b.data + 8 + len_size, b.data + std::min<uint64_t>(b.size, 8 + len_size + (64 << 10)), '\n');
+    uint64_t after = static_cast<uint64_t>(nl - b.data) + 1;
+    if (object && after <= b.size && after != start) {
+        s.note("header_mismatch", record, base + start,
+               "the .npy header says " + std::to_string(header_len) + " bytes, its newline ends it at byte " +
+                   std::to_string(after) + ": the data after the newline is scanned too");
+        s.scan(tail(b, after), base + after, record + " (object array, after the header's newline)", true);
+    }
 }
 
 // A member torch's reader takes as a tensor's raw bytes: a file of a folder named data, next to the

@@ -183,6 +183,13 @@ def cases():
         ("protocol 1 opcodes, no PROTO", "p1.pkl", b"cposix\nsystem\nq\x00(" + s(TOUCH) + b"tq\x01Rq\x02.",
          {("dangerous", "posix.system")}, LOAD_PICKLE),
         ("a FRAME whose length lies", "frame.pkl", frame_lie(), {("dangerous", "frame_violation"), ("dangerous", "os.system")}, LOAD_BYTESIO),
+        ("BINBYTES that starts in a FRAME and ends past it", "frame_bytes.pkl",
+         b"\x80\x05\x95" + struct.pack("<Q", 5) + b"B" + struct.pack("<I", 20) + b"A" * 20 + b".", {("dangerous", "frame_violation")}, None),
+        ("a GLOBAL line cut by its FRAME", "frame_global.pkl", b"\x80\x05\x95" + struct.pack("<Q", 7) + g("os", "system") + b".",
+         {("dangerous", "frame_violation"), ("dangerous", "os.system")}, None),
+        (".npz member whose header length lies", "npz_header.npz",
+         zip_of([("arr_0.npy", b"\x93NUMPY\x01\x009\x00{'descr': '<O8', 'fortran_order': False, 'shape': (1,), }      \n"
+                              b"cos\nsystem\n(S'echo x'\ntR.")]), {("dangerous", "os.system")}, None),
         (".npy object array", "obj.npy", npy_object(p(call(g("os", "system"), s(TOUCH)), 3)), {("dangerous", "os.system")}, LOAD_NPY),
         (".npz member", "obj.npz", zip_of([("arr_0.npy", npy_object(p(call(g("os", "system"), s(TOUCH)), 3)))]),
          {("dangerous", "os.system")}, LOAD_NPZ),

@@ -169,3 +169,18 @@ TEST_CASE("scan: the policy of the options judges, and --allow shows its rule") 
     CHECK(a.globals[0].cls == GlobalClass::allowed);
     CHECK(a.globals[0].rule == "--allow mylib.*");
 }
+
+TEST_CASE("scan: past a fault, the disassembly still names what a STACK_GLOBAL takes") {
+    // A FRAME longer than the rest (CPython: "pickle data was truncated" at once), then nt.system by
+    // STACK_GLOBAL of two memoized strings.
+    std::string b = std::string("\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00", 11) + "\x8c\x02nt\x94\x8c\x06system\x94\x93\x94.";
+    ScanReport r = scan(b);
+    CHECK(has(r, "malformed_pickle"));
+    REQUIRE(has(r, "nt.system"));
+    auto f = std::find_if(r.findings.begin(), r.findings.end(), [](const ScanFinding& x) { return x.global == "nt.system"; });
+    CHECK(f->opcode == "STACK_GLOBAL");
+    CHECK(f->message.find("past the point where the pickle breaks") != std::string::npos);
+    // Strings that something else consumed in between name nothing: the STACK_GLOBAL stays unknown.
+    std::string c = std::string("\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00", 11) + "\x8c\x02nt\x8c\x06system\x86\x93.";
+    CHECK(has(scan(c), "computed_global"));
+}

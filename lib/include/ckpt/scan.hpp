@@ -62,7 +62,8 @@ struct ScanFinding {
 // What was seen and is no finding: a pickle that is nested, one that is no pickle at all, bytes that
 // follow the last pickle, an encrypted member.
 struct ScanNote {
-    std::string kind;  // nested_pickle, not_a_pickle, trailing_bytes, encrypted_member, parse_error
+    std::string kind;  // nested_pickle, not_a_pickle, trailing_bytes, encrypted_member, parse_error,
+                       // torchscript_code, header_mismatch
     std::string record;
     uint64_t offset = 0;
     std::string message;
