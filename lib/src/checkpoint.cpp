@@ -180,6 +180,7 @@ void Checkpoint::Builder::read_torch_zip() {
     hooks.reserve(entries.size());  // a hint: a record per storage, a tensor per storage as a rule
     PickleResult r = run_pickle(c.m_pickle->view(), c.m_arena, hooks, pkl->name, base,
                                 options.pickle_limits, c.m_trace.get());
+    hooks.finish();
     c.m_root_value = r.root;
     c.m_protocol = r.protocol;
 

@@ -15,6 +15,7 @@
 
 #include "ckpt/error.hpp"
 #include "global_lists.hpp"
+#include "pickle_text.hpp"
 
 namespace ckpt {
 
@@ -142,9 +143,18 @@ std::string canonical_module(std::string_view module) {
 }
 
 bool importable_module_name(std::string_view module) {
+    if (!pickle_text::valid_utf8(module)) return false;
     for (std::string_view part : split(module))
         if (!identifier(part)) return false;
     return true;
+}
+
+GlobalVerdict bound_method_verdict(uint64_t uses, const std::string& example) {
+    return {GlobalClass::benign, "bound method",
+            "getattr(obj, name) " + std::to_string(uses) + (uses == 1 ? " time" : " times") +
+                ", on objects of torch's own classes only (" + example + "): how pickle writes a bound method "
+                "that a torch 1.x scheduler keeps; nothing calls it while loading",
+            false};
 }
 
 const GlobalPolicy& GlobalPolicy::standard() {

@@ -143,7 +143,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});
 
     for (const auto& g : c.globals()) {
-        r.globals.push_back(options.policy->judge(g.module, g.name));
+        r.globals.push_back(judge(*options.policy, g));
         const GlobalVerdict& v = r.globals.back();
         if (global_is_known(v.cls)) continue;
         if (v.cls == GlobalClass::dangerous)

@@ -85,6 +85,7 @@ void Checkpoint::Builder::read_legacy() {
     if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
     TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, "pickle");
     c.m_root_value = next("pickle", hooks, c.m_trace.get());
+    hooks.finish();
     c.m_pickle = std::make_unique<RecordData>(*file.sub(pickle_at, at - pickle_at));
     c.m_pickle_size = at - pickle_at;
 

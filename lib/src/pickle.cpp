@@ -23,23 +23,6 @@ Value* PickleHooks::persistent_load(Value* /*pid*/, uint64_t offset) {
 
 namespace {
 
-bool valid_utf8(std::string_view s) {
-    size_t i = 0, n = s.size();
-    while (i < n) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c < 0x80) {
-            ++i;
-            continue;
-        }
-        int len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        if (len == 0 || i + len > n) return false;
-        for (int k = 1; k < len; ++k)
-            if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
-        i += len;
-    }
-    return true;
-}
-
 class Machine {
 public:
     Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
@@ -111,7 +94,7 @@ private:
     Value* make_string(ValueKind kind, ByteView b) {
         Value* v = m_arena.make(kind, m_op_offset);
         v->s = b.as_chars();
-        if (kind == ValueKind::string && !valid_utf8(v->s)) fail("string is not valid UTF-8");
+        if (kind == ValueKind::string && !pickle_text::valid_utf8(v->s)) fail("string is not valid UTF-8");
         return v;
     }
     Value* make_int_bytes(ByteView b) {
@@ -148,7 +131,7 @@ private:
     // fails before it imports anything); STACK_GLOBAL's strings were checked when pushed.
     Value* make_global(std::string_view module, std::string_view name) {
         if (module.empty() || name.empty()) fail("global with an empty module or name");
-        if (!valid_utf8(module) || !valid_utf8(name)) fail("global name is not valid UTF-8");
+        if (!pickle_text::valid_utf8(module) || !pickle_text::valid_utf8(name)) fail("global name is not valid UTF-8");
         Value* g = m_arena.make(ValueKind::global, m_op_offset);
         std::string mod = python3_module(module);
         g->s = mod == module ? module : m_arena.own(std::move(mod));

@@ -8,6 +8,7 @@
 #include "ckpt/pickle.hpp"
 #include "ckpt/value.hpp"
 #include "pickle_ops.hpp"
+#include "pickle_text.hpp"
 #include "scan_hooks.hpp"
 
 namespace ckpt {
@@ -246,6 +247,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         m_r.pickles[at].size = res.end;
     } catch (const Error& e) {
         fault = e.offset().value_or(base);
+        out.fault = fault >= base && fault - base < data.size ? fault - base : 0;
         if (progress.opcodes == 0) {
             out.not_a_pickle = true;
             m_r.pickles.pop_back();
@@ -302,7 +304,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
             if (o.op == ops::GLOBAL || o.op == ops::INST) {
                 std::string_view module = line_at(data, o.arg);
                 std::string_view name = line_at(data, o.arg + module.size() + 1);
-                if (importable_module_name(module) && !name.empty())
+                if (importable_module_name(module) && !name.empty() && pickle_text::valid_utf8(name))
                     add_name(std::string(module), std::string(name), off, o.op);
             } else if (o.op == ops::STACK_GLOBAL && strings == 2 && importable_module_name(pushed[0]) && !pushed[1].empty()) {
                 add_name(std::string(pushed[0]), std::string(pushed[1]), off, o.op);
@@ -368,12 +370,8 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     for (const auto& [key, v] : named) {
         const auto& [mn, c] = v;
         GlobalVerdict verdict = m_policy.judge(mn.first, mn.second);
-        if (hooks.bound_methods && !hooks.other_getattr && canonical_module(mn.first) == "builtins" && mn.second == "getattr")
-            verdict = {GlobalClass::benign, "bound method",
-                       "getattr(obj, name) " + std::to_string(hooks.bound_methods) + " times, on objects of torch's own "
-                       "classes only (" + hooks.bound_method_example + "): how pickle writes a bound method that a torch 1.x "
-                       "scheduler keeps; nothing calls it while loading",
-                       false};
+        if (hooks.methods.only_methods() && canonical_module(mn.first) == "builtins" && mn.second == "getattr")
+            verdict = bound_method_verdict(hooks.methods.only_methods(), hooks.methods.example());
         const char* opname = ops::name(key.second);
         m_r.globals.push_back({key.first, verdict.cls, verdict.rule, verdict.reason, verdict.weights_only, record,
                                c.offset, opname, c.count});

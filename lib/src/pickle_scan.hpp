@@ -20,6 +20,7 @@ public:
     struct Result {
         uint64_t end = 0;           // bytes up to and including STOP; 0 when it did not reach one
         bool not_a_pickle = false;  // its very first opcode could not be read
+        uint64_t fault = 0;         // where it broke, from the start of the data (end == 0)
     };
     // Scans the pickle at the start of `data`, which sits at file offset `base`, named `record`.
     // `tentative`: the bytes are only thought to be a pickle (a member not named .pkl, bytes after

@@ -198,6 +198,23 @@ bool python_int(std::string_view t, Integer& out) {
 
 }  // namespace
 
+bool valid_utf8(std::string_view s) {
+    size_t i = 0, n = s.size();
+    while (i < n) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        int len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (len == 0 || i + len > n) return false;
+        for (int k = 1; k < len; ++k)
+            if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+        i += len;
+    }
+    return true;
+}
+
 bool codecs_encode(std::string_view s, std::string_view enc, std::string& out) {
     out.clear();
     if (enc == "utf-8" || enc == "utf8") {

@@ -8,6 +8,9 @@
 
 namespace ckpt::pickle_text {
 
+// Well-formed UTF-8 (what CPython's strict decoding accepts of a name or a str).
+bool valid_utf8(std::string_view s);
+
 // false, with `error` saying why, for a malformed argument.
 bool string_literal(std::string_view line, std::string& out, std::string& error);
 bool raw_unicode(std::string_view line, std::string& out, std::string& error);

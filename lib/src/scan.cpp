@@ -51,10 +51,11 @@ ByteView tail(ByteView b, uint64_t from) { return {b.data + from, b.size - from}
 void scan_stacked(PickleScanner& s, ByteView data, uint64_t base, const std::string& name, bool tentative,
                   size_t max_pickles = SIZE_MAX) {
     uint64_t at = 0;
+    bool after_fault = false;
     for (size_t n = 0; n < max_pickles && at < data.size; ++n) {
         ByteView rest = tail(data, at);
         bool found_after_junk = false;
-        if (n > 0 && !pickle_start(rest)) {
+        if (after_fault || (n > 0 && !pickle_start(rest))) {
             uint64_t limit = std::min<uint64_t>(rest.size, k_resync_window);
             uint64_t next = UINT64_MAX;
             for (uint64_t p = 1; p + 1 < limit; ++p)
@@ -62,9 +63,11 @@ void scan_stacked(PickleScanner& s, ByteView data, uint64_t base, const std::str
                     next = p;
                     break;
                 }
-            s.note("trailing_bytes", name, base + at,
-                   std::to_string(next == UINT64_MAX ? rest.size : next) + " bytes after pickle " + std::to_string(n) +
-                       " are not a pickle" + (next == UINT64_MAX ? "" : "; another one follows them (scanned)"));
+            if (!after_fault || next != UINT64_MAX)
+                s.note("trailing_bytes", name, base + at,
+                       std::to_string(next == UINT64_MAX ? rest.size : next) + " bytes after pickle " + std::to_string(n) +
+                           (after_fault ? " broke" : "") + " are not a pickle" +
+                           (next == UINT64_MAX ? "" : "; another one follows them (scanned)"));
             if (next == UINT64_MAX) return;
             at += next;
             rest = tail(data, at);
@@ -74,7 +77,15 @@ void scan_stacked(PickleScanner& s, ByteView data, uint64_t base, const std::str
                              : n == 0       ? name
                                             : name + " (pickle " + std::to_string(n + 1) + ")";
         PickleScanner::Result res = s.scan(rest, base + at, record, tentative || found_after_junk || !proto_start(rest));
-        if (res.end == 0) return;
+        if (res.end == 0) {
+            // A loader that calls pickle.load again after a failure reads on; where the legacy format's
+            // raw storages follow, nothing does.
+            if (res.not_a_pickle || max_pickles != SIZE_MAX) return;
+            at += res.fault;
+            after_fault = true;
+            continue;
+        }
+        after_fault = false;
         at += res.end;
     }
 }

@@ -71,25 +71,6 @@ int hex_digit(char c) {
     return -1;
 }
 
-bool is_getattr(const Value* g) {
-    return g && g->kind == ValueKind::global && (g->s == "builtins" || g->s == "__builtins__") && g->s2 == "getattr";
-}
-
-// One of torch's own classes (torch.nn.modules.*, torch.optim.*), by the name it was made with.
-bool torch_class_instance(const Value* v) {
-    if (v->kind != ValueKind::object || !v->callable || v->callable->kind != ValueKind::global) return false;
-    std::string_view m = v->callable->s, n = v->callable->s2;
-    bool torch_module = m.substr(0, 17) == "torch.nn.modules." || m.substr(0, 12) == "torch.optim.";
-    return torch_module && !n.empty() && n[0] >= 'A' && n[0] <= 'Z' && n.find('.') == std::string_view::npos;
-}
-
-bool method_name(std::string_view n) {
-    if (n.empty() || (n.size() > 4 && n.substr(0, 2) == "__" && n.substr(n.size() - 2) == "__")) return false;
-    for (char c : n)
-        if (!(c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) return false;
-    return true;
-}
-
 bool proto_start(std::string_view b) {
     return b.size() >= 2 && static_cast<uint8_t>(b[0]) == 0x80 && b[1] >= 2 && b[1] <= 5;
 }
@@ -171,7 +152,7 @@ Value* ScanHooks::extension(uint32_t code, uint64_t offset) {
 
 void ScanHooks::mutate(Value* target, uint8_t op, uint64_t offset) {
     if (computed_placeholder(target)) return;  // reported where it was made
-    if (target->kind == ValueKind::object && is_getattr(target->callable)) ++other_getattr;
+    methods.used(target);
     if (target->kind == ValueKind::global) {
         events.push_back({"mutates_global", name_of(target), offset, op,
                           std::string(ops::name(op)) + " on the global " + name_of(target) +
@@ -232,24 +213,15 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
 
 Value* ScanHooks::reduce(Value* made) {
     Value* c = made->callable;
+    methods.reduce(made);
     if (!c || computed_placeholder(c)) return nullptr;  // a computed name: reported where it was made
     if (c->kind != ValueKind::global) {
-        if (c->kind == ValueKind::object && is_getattr(c->callable)) ++other_getattr;  // a method, called
         events.push_back({"computed_call", "", made->offset, opcode_at(made->offset),
                           std::string(ops::name(opcode_at(made->offset))) + " calls " + describe(c) +
                               ", not a named global: what runs is made while unpickling"});
         return nullptr;
     }
     std::string fn = name_of(c);
-    if (is_getattr(c)) {
-        const Value* a = made->args;
-        bool method = made->how == MakeHow::reduce && a && a->kind == ValueKind::tuple && a->items.size() == 2 &&
-                      torch_class_instance(a->items[0]) && a->items[1]->kind == ValueKind::string &&
-                      method_name(a->items[1]->s);
-        if (method && bound_method_example.empty())
-            bound_method_example = name_of(a->items[0]->callable) + "." + std::string(a->items[1]->s);
-        ++(method ? bound_methods : other_getattr);
-    }
     if ((made->how == MakeHow::newobj || made->how == MakeHow::newobj_ex) && allowed_function(c))
         events.push_back({"newobj_function", fn, made->offset, opcode_at(made->offset),
                           std::string(ops::name(opcode_at(made->offset))) + " of the function " + fn +

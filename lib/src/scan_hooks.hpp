@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bound_methods.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/pickle.hpp"
 #include "ckpt/value.hpp"
@@ -44,11 +45,7 @@ public:
     std::vector<SeenGlobal> globals;
     std::vector<ScanEvent> events;
     std::vector<NestedBytes> nested;
-    // builtins.getattr, by use: how pickle writes a bound method of one of torch's own schedulers or
-    // modules (getattr(obj, 'name'), torch 1.x's OneCycleLR and CyclicLR keep theirs so) and stored,
-    // against any other use (another object or name, or the method called while loading).
-    uint64_t bound_methods = 0, other_getattr = 0;
-    std::string bound_method_example;  // "torch.optim.lr_scheduler.OneCycleLR._annealing_cos"
+    BoundMethods methods;  // builtins.getattr's uses
 
     Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;

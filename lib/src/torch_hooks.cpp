@@ -201,7 +201,18 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
     return tensor_value(std::move(t), made);
 }
 
+void TorchHooks::finish() {
+    if (!m_methods.only_methods()) return;
+    for (GlobalRef& g : m_globals)
+        if (g.record == m_record && g.name == "getattr" && (g.module == "builtins" || g.module == "__builtins__")) {
+            g.bound_methods = m_methods.only_methods();
+            g.bound_method = m_methods.example();
+            g.cls = GlobalClass::benign;
+        }
+}
+
 Value* TorchHooks::reduce(Value* made) {
+    m_methods.reduce(made);
     const Value* c = made->callable;
     if (c->kind != ValueKind::global) return nullptr;
     std::string_view mod = c->s, name = c->s2;

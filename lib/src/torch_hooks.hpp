@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "bound_methods.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/pickle.hpp"
 #include "ckpt/string_index.hpp"
@@ -32,6 +33,9 @@ public:
     Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;
     Value* persistent_load(Value* pid, uint64_t offset) override;
+    void mutate(Value* target, uint8_t, uint64_t) override { m_methods.used(target); }
+    // After the pickle ran: what its uses of builtins.getattr were (GlobalRef::bound_methods).
+    void finish();
 
 private:
     Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
@@ -54,6 +58,7 @@ private:
     const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
     std::string_view m_class_name;
     std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
+    BoundMethods m_methods;
 };
 
 }  // namespace ckpt

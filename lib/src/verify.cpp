@@ -58,7 +58,7 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const Global
                                              std::to_string(t.stats.count) + " values"});
     }
     for (const auto& g : c.globals()) {
-        GlobalVerdict v = policy.judge(g.module, g.name);
+        GlobalVerdict v = judge(policy, g);
         if (v.cls == GlobalClass::dangerous)
             out.push_back({"unsafe_global", g.full_name(),
                            g.full_name() + " is dangerous: unpickling the file would call it (torch.load runs it): " + v.reason});

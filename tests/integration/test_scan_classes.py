@@ -178,6 +178,8 @@ def cases():
         # Every pickle.
         ("a second pickle after STOP", "stacked.pkl", pickle.dumps(["a", "b"], protocol=2) + shell,
          {("dangerous", "os.system")}, LOAD_TWICE),
+        ("a pickle after a broken one", "after_broken.pkl", b"\x80\x02cbuiltins\nlen\nq\x00c\xff\n" + shell,
+         {("dangerous", "os.system")}, None),
         ("a pickle after junk", "junk.pkl", pickle.dumps({"a": 1}, protocol=2) + b"\x00\x00junk" + shell, {("dangerous", "os.system")}, None),
         ("protocol 0, no PROTO", "p0.pkl", b"cos\nsystem\n(S'" + TOUCH.encode() + b"'\ntR.", {("dangerous", "os.system")}, LOAD_PICKLE),
         ("protocol 1 opcodes, no PROTO", "p1.pkl", b"cposix\nsystem\nq\x00(" + s(TOUCH) + b"tq\x01Rq\x02.",

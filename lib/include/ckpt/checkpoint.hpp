@@ -84,8 +84,17 @@ struct GlobalRef {
     uint64_t count = 0;
     uint64_t first_offset = 0;  // file offset of the first opcode naming it
     std::string record;         // the record holding the pickle
+    // builtins.getattr whose every use was a bound method of one of torch's classes: how many, and
+    // one ("torch.optim.lr_scheduler.OneCycleLR._annealing_cos"); 0 otherwise.
+    uint64_t bound_methods = 0;
+    std::string bound_method;
     std::string full_name() const { return module + "." + name; }
 };
+
+// What `policy` makes of a global the checkpoint names (scan judges its own the same way).
+inline GlobalVerdict judge(const GlobalPolicy& policy, const GlobalRef& g) {
+    return g.bound_methods ? bound_method_verdict(g.bound_methods, g.bound_method) : policy.judge(g.module, g.name);
+}
 
 struct Problem {
     std::string kind;     // "missing_record", "record_size", "out_of_bounds", "storage_conflict" …

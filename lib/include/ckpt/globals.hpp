@@ -8,6 +8,7 @@
 // walks through (`builtins.eval.__call__`, `pathlib.os.system`).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,11 @@ private:
 // Python 2 module names as pickle's fix_imports maps them (Lib/_compat_pickle.py's IMPORT_MAPPING:
 // `__builtin__` → `builtins`, `copy_reg` → `copyreg`, `httplib` → `http.client` …).
 std::string python3_module(std::string_view module);
+// builtins.getattr in a pickle whose every use of it (`uses` of them) is how pickle writes a bound
+// method of one of torch's own classes (`example`: "torch.optim.lr_scheduler.OneCycleLR._annealing_cos"):
+// benign there. The readers count the uses (lib/src/bound_methods.hpp).
+GlobalVerdict bound_method_verdict(uint64_t uses, const std::string& example);
+
 // The module name the unpickler imports for `module` (Python 2 names mapped, accelerator modules
 // read as their public twin), for judging; reports keep the name as written.
 std::string canonical_module(std::string_view module);
