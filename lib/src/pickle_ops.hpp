@@ -66,4 +66,10 @@ enum : uint8_t {
     BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97, READONLY_BUFFER = 0x98,
 };
 
+// Bytes that open with PROTO of a protocol from `lowest` to 5: how every pickler since protocol 2
+// starts (a scanner looks for these where it searches past junk or into bytes values).
+inline bool proto_start(ByteView b, uint8_t lowest = 2) {
+    return b.size >= 2 && b.data[0] == PROTO && b.data[1] >= lowest && b.data[1] <= 5;
+}
+
 }  // namespace ckpt::pickle_ops

@@ -21,7 +21,7 @@ constexpr int k_max_nesting = 4;
 // A value graph this much larger by reference than in memory is an expansion ("billion laughs").
 constexpr uint64_t k_expansion_references = 100'000'000;
 
-bool proto_start(ByteView b) { return b.size >= 2 && b.data[0] == ops::PROTO && b.data[1] >= 2 && b.data[1] <= 5; }
+using ops::proto_start;
 
 std::string at_byte(uint64_t offset) { return "byte " + std::to_string(offset); }
 

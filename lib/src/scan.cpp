@@ -27,7 +27,8 @@ namespace ops = pickle_ops;
 // How far past junk after a pickle the scan looks for another one.
 constexpr uint64_t k_resync_window = 64 << 10;
 
-bool proto_start(ByteView b) { return b.size >= 2 && b.data[0] == ops::PROTO && b.data[1] <= 5; }
+// A file or member that opens with PROTO of any protocol.
+bool proto_start(ByteView b) { return ops::proto_start(b, 0); }
 
 // The first opcodes of a protocol 0 or 1 pickle, which has no PROTO: a MARK, a GLOBAL, an empty
 // container, a scalar. (torch.load unpickles any file that is not a zip from its first byte.)
@@ -59,7 +60,7 @@ void scan_stacked(PickleScanner& s, ByteView data, uint64_t base, const std::str
             uint64_t limit = std::min<uint64_t>(rest.size, k_resync_window);
             uint64_t next = UINT64_MAX;
             for (uint64_t p = 1; p + 1 < limit; ++p)
-                if (rest.data[p] == ops::PROTO && rest.data[p + 1] >= 2 && rest.data[p + 1] <= 5) {
+                if (ops::proto_start(tail(rest, p))) {
                     next = p;
                     break;
                 }

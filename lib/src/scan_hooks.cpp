@@ -71,9 +71,6 @@ int hex_digit(char c) {
     return -1;
 }
 
-bool proto_start(std::string_view b) {
-    return b.size() >= 2 && static_cast<uint8_t>(b[0]) == 0x80 && b[1] >= 2 && b[1] <= 5;
-}
 
 }  // namespace
 
@@ -205,7 +202,7 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     m_decode_budget -= out.size();
     made->kind = ValueKind::bytes;
     made->s = m_arena.own(out);
-    if (proto_start(made->s))
+    if (ops::proto_start({reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}))
         nested.push_back({{reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}, made->offset,
                           "bytes decoded by " + fn, false});
     return true;
