@@ -37,6 +37,7 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global);
 Runner setup_verify(CLI::App& sub, const GlobalOptions& global);
 Runner setup_convert(CLI::App& sub, const GlobalOptions& global);
 Runner setup_scan(CLI::App& sub, const GlobalOptions& global);
+Runner setup_merge(CLI::App& sub, const GlobalOptions& global);
 
 // How a command that judges (diff-keys, verify, scan) reports: `--format text|json|github` (scan:
 // also sarif), and `--json`, which is `--format json` (kept as it was).

@@ -61,6 +61,16 @@ const Command k_commands[] = {
      "  ckpt-tool convert train.pth -o train.bf16.pth --dtype bfloat16   # optimizer and args kept\n"
      "  ckpt-tool convert train.pth -o release/pytorch_model.bin --weights-only --max-shard-size 2GB",
      setup_convert},
+    {"merge", "Merge the folder distributed training wrote (DeepSpeed ZeRO-1/2/3, torch.distributed.checkpoint / "
+              "FSDP sharded) into one plain checkpoint, tensor by tensor, without Python or the framework: what "
+              "zero_to_fp32 or dcp_to_torch_save give, frozen and tied parameters included; read back and compared.",
+     "  ckpt-tool merge checkpoints/ -o model.pth                    # DeepSpeed: the tag `latest` names\n"
+     "  ckpt-tool merge checkpoints/global_step1000 -o model.safetensors --strip-prefix\n"
+     "  ckpt-tool merge dcp_ckpt/ -o full.pth                        # torch.distributed.checkpoint\n"
+     "  ckpt-tool merge checkpoints/ -o train.pth --optimizer --tag global_step500\n"
+     "  ckpt-tool merge checkpoints/ -o out/model.safetensors --dtype bfloat16 --shard-size 5GB\n"
+     "  ckpt-tool merge checkpoints/ --dry-run --json",
+     setup_merge},
     {"scan", "The gate before torch.load of a file you do not trust: default-deny, as weights_only=True is. Every "
              "pickle in it (every zip member, stacked pickles, .npy object arrays, pickles nested in bytes or "
              "text) is read as the unpickler reads it and each global judged by allow-list; nothing is run. "

@@ -1,5 +1,7 @@
 #include "ckpt/atomic_file.hpp"
 
+#include "text_util.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -26,17 +28,8 @@ namespace {
     throw Error(ErrorKind::io, path, what + ": " + std::strerror(err));
 }
 
-std::string parent_dir(const std::string& path) {
-    size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return ".";
-    if (slash == 0) return "/";
-    return path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
+using text::base_name;
+using text::parent_dir;
 
 // Temporaries to remove if a signal ends the process. A signal handler may only touch memory it can
 // read without locks, so this is a fixed table of paths with an atomic "in use" flag each — the one

@@ -16,6 +16,16 @@ bool torch_class_instance(const Value* v) {
     return torch_module && !n.empty() && n[0] >= 'A' && n[0] <= 'Z' && n.find('.') == std::string_view::npos;
 }
 
+// An enum class of the data that distributed training saves: getattr(cls, 'NAME') is how pickle
+// writes one of its members (Python 3.11+ Enum.__reduce_ex__).
+bool reviewed_enum(const Value* v) {
+    if (v->kind != ValueKind::global) return false;
+    std::string_view m = v->s, n = v->s2;
+    return (m == "deepspeed.runtime.zero.config" && n == "ZeroStageEnum") ||
+           (m == "torch.distributed.checkpoint.metadata" && n == "_MEM_FORMAT_ENCODING") ||
+           (m == "torch.distributed._shard.sharded_tensor.metadata" && n == "MEM_FORMAT_ENCODING");
+}
+
 // A plain attribute name: no dunder, nothing but an identifier.
 bool method_name(std::string_view n) {
     if (n.empty() || (n.size() > 4 && n.substr(0, 2) == "__" && n.substr(n.size() - 2) == "__")) return false;
@@ -33,10 +43,12 @@ void BoundMethods::reduce(const Value* made) {
     }
     const Value* a = made->args;
     bool method = made->how == MakeHow::reduce && a && a->kind == ValueKind::tuple && a->items.size() == 2 &&
-                  torch_class_instance(a->items[0]) && a->items[1]->kind == ValueKind::string && method_name(a->items[1]->s);
-    if (method && m_example.empty())
-        m_example = std::string(a->items[0]->callable->s) + "." + std::string(a->items[0]->callable->s2) + "." +
-                    std::string(a->items[1]->s);
+                  (torch_class_instance(a->items[0]) || reviewed_enum(a->items[0])) && a->items[1]->kind == ValueKind::string &&
+                  method_name(a->items[1]->s);
+    if (method && m_example.empty()) {
+        const Value* owner = a->items[0]->kind == ValueKind::global ? a->items[0] : a->items[0]->callable;
+        m_example = std::string(owner->s) + "." + std::string(owner->s2) + "." + std::string(a->items[1]->s);
+    }
     ++(method ? m_methods : m_other);
 }
 

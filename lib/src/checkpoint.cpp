@@ -2,7 +2,10 @@
 // into keyed leaves and find the state dict.
 #include "ckpt/checkpoint.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -12,6 +15,7 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "checkpoint_builder.hpp"
+#include "dist.hpp"
 #include "torch_hooks.hpp"
 
 namespace ckpt {
@@ -32,6 +36,7 @@ const char* format_name(Format f) {
         case Format::torchscript: return "torchscript";
         case Format::safetensors: return "safetensors";
         case Format::legacy: return "legacy";
+        case Format::distributed: return "distributed";
     }
     return "?";
 }
@@ -55,7 +60,12 @@ std::string key_part(const Value* key) {
 
 Checkpoint::~Checkpoint() = default;
 ByteView Checkpoint::pickle_bytes() const { return m_pickle ? m_pickle->view() : ByteView{}; }
-uint64_t Checkpoint::file_size() const { return m_file ? m_file->size() : 0; }
+uint64_t Checkpoint::file_size() const {
+    if (m_dist) return m_dist->bytes;
+    return m_span ? m_span : m_file ? m_file->size() : 0;
+}
+
+ByteView Checkpoint::bytes() const { return m_span ? *m_file->view().sub(m_base, m_span) : m_file->view(); }
 size_t Checkpoint::record_count() const { return m_records.size(); }
 
 const ZipArchive& Checkpoint::zip() const {
@@ -64,22 +74,62 @@ const ZipArchive& Checkpoint::zip() const {
 }
 
 const MappedFile& Checkpoint::record_file(size_t i) const {
+    if (m_dist) {
+        if (m_records[i].pieces.empty()) throw Error(ErrorKind::usage, m_path, "record " + m_records[i].name + " is empty: no file holds it");
+        return *m_records[i].pieces.front().file;
+    }
     if (!m_shards.empty()) return m_shards[m_record_owner[i].first]->record_file(m_record_owner[i].second);
     return *m_file;
 }
 
+namespace {
+
+// A merged record: its pieces read from their files one after the other (a tensor's worth of
+// memory, whatever the checkpoint's size), each piece's pages released when it is copied.
+RecordData gather(const RecordInfo& r) {
+    std::vector<uint8_t> out(r.size);
+    uint64_t at = 0;
+    for (const RecordPiece& p : r.pieces) {
+        const MappedFile& f = *p.file;
+        auto src = f.view().sub(p.offset, p.length);
+        if (!src)
+            throw Error(ErrorKind::corrupt, f.path(),
+                        "bytes " + std::to_string(p.offset) + "+" + std::to_string(p.length) + " of " + r.name +
+                            " lie past the end of the file (" + std::to_string(f.size()) + " bytes): truncated?");
+        bool cast = p.from != p.to && p.from != DType::untyped;
+        uint64_t n = cast ? p.length / dtype_size(p.from) : p.length;
+        uint64_t wrote = cast ? n * dtype_size(p.to) : n;
+        if (at + wrote > out.size())
+            throw Error(ErrorKind::corrupt, f.path(), "the pieces of " + r.name + " hold more than its " + std::to_string(r.size) + " bytes");
+        if (!cast) std::memcpy(out.data() + at, src->data, n);
+        else if (!convert_elements(p.from, p.to, src->data, n, out.data() + at))
+            throw Error(ErrorKind::unsupported, f.path(),
+                        std::string("cannot convert ") + std::string(dtype_name(p.from)) + " to " + std::string(dtype_name(p.to)));
+        at += wrote;
+        f.release(*src);
+    }
+    if (at != out.size())
+        throw Error(ErrorKind::corrupt, r.name, "its pieces hold " + std::to_string(at) + " of its " + std::to_string(r.size) + " bytes");
+    return RecordData(std::move(out));
+}
+
+}  // namespace
+
 RecordData Checkpoint::record_data(size_t i) const {
+    if (m_dist) return gather(m_records[i]);
     if (!m_shards.empty()) return m_shards[m_record_owner[i].first]->record_data(m_record_owner[i].second);
     if (m_zip) return m_zip->record_data(m_zip->entries()[i]);
     auto [begin, end] = m_record_ranges[i];
-    return RecordData(*m_file->view().sub(begin, end - begin));
+    return RecordData(*bytes().sub(begin, end - begin));
 }
 
 std::optional<uint64_t> Checkpoint::record_file_offset(size_t i) const {
+    if (m_dist) return std::nullopt;  // gathered: no one range to copy from
     if (!m_shards.empty()) return m_shards[m_record_owner[i].first]->record_file_offset(m_record_owner[i].second);
-    if (!m_zip) return m_record_ranges[i].first;
+    if (!m_zip) return m_base + m_record_ranges[i].first;
     const ZipEntry& e = m_zip->entries()[i];
     if (e.method != 0) return std::nullopt;
+    if (m_span) return m_base + m_zip->data_offset(e);  // embedded: the fd's offsets are not the archive's
     return m_zip->data_offset(e, m_file->fd());
 }
 
@@ -114,7 +164,7 @@ namespace {
 
 constexpr int k_max_walk_depth = 2000;
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+using text::starts_with;
 
 // The first bytes of formats this version does not read yet, for a clear message.
 void reject_other_formats(ByteView file) {
@@ -130,11 +180,11 @@ void reject_other_formats(ByteView file) {
 
 
 void Checkpoint::Builder::read_torch_zip() {
-    ZipArchive zip = ZipArchive::open(c.m_file->view());
+    ZipArchive zip = ZipArchive::open(c.bytes());
     c.m_zip = std::make_unique<ZipArchive>(std::move(zip));
     const auto& entries = c.m_zip->entries();
     c.m_records.reserve(entries.size());
-    for (const auto& e : entries) c.add_record({e.name, e.size, true, e.crc32});
+    for (const auto& e : entries) c.add_record({e.name, e.size, true, e.crc32, {}});
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     const std::string& first = entries.front().name;
     size_t slash = first.find('/');
@@ -172,7 +222,7 @@ void Checkpoint::Builder::read_torch_zip() {
     }
 
     c.m_pickle = std::make_unique<RecordData>(c.m_zip->record_data(*pkl));
-    uint64_t base = pkl->method == 0 ? c.m_zip->data_offset(*pkl) : 0;
+    uint64_t base = pkl->method == 0 ? c.m_base + c.m_zip->data_offset(*pkl) : 0;
     c.m_pickle_size = c.m_pickle->view().size;
     c.m_pickle_record = pkl->name;
     if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
@@ -199,7 +249,7 @@ void Checkpoint::Builder::read_torch_zip() {
 // the value tree is one dict of name → tensor, so the rest of the model (keys, state dict) is the
 // same as for a torch.save state dict.
 void Checkpoint::Builder::read_safetensors_file() {
-    SafetensorsHeader h = read_safetensors(c.m_file->view());
+    SafetensorsHeader h = read_safetensors(c.bytes());
     c.m_format = Format::safetensors;
     c.m_metadata = std::move(h.metadata);
     c.m_pickle_size = h.header_size;  // the header plays the pickle's part
@@ -229,7 +279,7 @@ void Checkpoint::Builder::read_safetensors_file() {
         tv->s = c.m_arena.own(std::string(dtype_name(st.dtype)));
         c.m_arena.append(root->entries, key);
         c.m_arena.append(root->entries, tv);
-        c.add_record({st.name, st.end - st.begin, false, 0});
+        c.add_record({st.name, st.end - st.begin, false, 0, {}});
         c.m_record_ranges.push_back({st.begin, st.end});
         c.m_storages.push_back(std::move(s));
         c.m_tensors.push_back(std::move(t));
@@ -514,6 +564,15 @@ void Checkpoint::Builder::find_state_dict() {
 }
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const OpenOptions& options) {
+    DistTarget dist = dist_target(path);  // dist.cpp
+    if (dist.kind != DistKind::none) {
+        try {
+            return dist.kind == DistKind::deepspeed ? open_deepspeed(dist.dir, options) : open_dcp(dist.dir, options);
+        } catch (const Error& e) {
+            if (e.path().empty()) throw e.with_path(path);
+            throw;
+        }
+    }
     if (is_sharded_index(path)) {  // sharded.cpp
         try {
             return open_index(path, options);
@@ -525,25 +584,52 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const Open
     std::unique_ptr<Checkpoint> c(new Checkpoint());
     c->m_path = path;
     try {
-        c->m_file = std::make_unique<MappedFile>(path);
-        Builder b{*c, options, {}, {}};
-        if (ZipArchive::sniff(c->m_file->view())) b.read_torch_zip();
-        else if (sniff_safetensors(c->m_file->view())) b.read_safetensors_file();
-        else if (sniff_legacy(c->m_file->view())) b.read_legacy();
-        else reject_other_formats(c->m_file->view());
-        std::string key;
-        std::unordered_set<const Value*> on_path;
-        c->m_entries.reserve(c->m_tensors.size());  // a hint: most leaves of a checkpoint are tensors
-        advise_huge_pages(c->m_entries);
-        b.entry_by_key.reserve(c->m_tensors.size());
-        b.flatten(c->m_root_value, key, 0, on_path);
-        b.check_storages();
-        b.find_state_dict();
+        c->m_file = std::make_shared<MappedFile>(path);
+        c->read(options);
     } catch (const Error& e) {
         if (e.path().empty()) throw e.with_path(path);
         throw;
     }
     return c;
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::open_embedded(std::shared_ptr<MappedFile> file, uint64_t offset, uint64_t length,
+                                                      const std::string& name, const OpenOptions& options) {
+    std::unique_ptr<Checkpoint> c(new Checkpoint());
+    c->m_path = name;
+    if (!file->view().sub(offset, length) || length == 0)
+        throw Error(ErrorKind::corrupt, name,
+                    "bytes " + std::to_string(offset) + "+" + std::to_string(length) + " lie past the end of " + file->path() + " (" +
+                        std::to_string(file->size()) + " bytes): truncated?");
+    c->m_file = std::move(file);
+    c->m_base = offset;
+    c->m_span = length;
+    try {
+        if (!ZipArchive::sniff(c->bytes()))
+            throw Error(ErrorKind::corrupt, name, "holds no torch.save archive at byte " + std::to_string(offset) + " of " + c->m_file->path());
+        c->read(options);
+    } catch (const Error& e) {
+        if (e.path().empty()) throw e.with_path(name);
+        throw;
+    }
+    return c;
+}
+
+// The one container at bytes(): sniffed, read, its value tree flattened, its state dict found.
+void Checkpoint::read(const OpenOptions& options) {
+    Builder b{*this, options, {}, {}};
+    if (ZipArchive::sniff(bytes())) b.read_torch_zip();
+    else if (sniff_safetensors(bytes())) b.read_safetensors_file();
+    else if (sniff_legacy(bytes())) b.read_legacy();
+    else reject_other_formats(bytes());
+    std::string key;
+    std::unordered_set<const Value*> on_path;
+    m_entries.reserve(m_tensors.size());  // a hint: most leaves of a checkpoint are tensors
+    advise_huge_pages(m_entries);
+    b.entry_by_key.reserve(m_tensors.size());
+    b.flatten(m_root_value, key, 0, on_path);
+    b.check_storages();
+    b.find_state_dict();
 }
 
 }  // namespace ckpt

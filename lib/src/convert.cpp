@@ -1,5 +1,7 @@
 #include "ckpt/convert.hpp"
 
+#include "text_util.hpp"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -31,9 +33,7 @@ namespace ckpt {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
+using text::ends_with;
 
 std::string target_format(const ConvertRequest& rq) {
     if (!rq.to.empty()) {
@@ -90,10 +90,6 @@ std::vector<size_t> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max
         in_shard += bytes;
     }
     return shard_of;
-}
-
-std::string base_name(const std::string& path) {
-    return path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
 }
 
 std::string shard_path(const std::string& output, size_t n, size_t count) {
@@ -193,13 +189,20 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
     for (const auto& t : want.tensors) src.emplace(t.key, &t);
     std::unordered_map<std::string, std::string> alias_of;
     for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
+    std::unordered_map<std::string, std::string> input_name(r.renamed.begin(), r.renamed.end());
+    auto original = [&](const std::string& name) {
+        auto o = input_name.find(name);
+        return o == input_name.end() ? name : o->second;
+    };
     auto source = [&](const std::string& name) -> const TensorPrint* {
         auto a = alias_of.find(name);
-        auto it = src.find(a == alias_of.end() ? name : a->second);
+        auto it = src.find(original(a == alias_of.end() ? name : a->second));
         return it == src.end() ? nullptr : it->second;
     };
     size_t expected = 0;
-    for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_of.count(t.key));
+    std::unordered_set<std::string> alias_inputs;
+    for (const auto& [alias, kept] : alias_of) alias_inputs.insert(original(alias));
+    for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_inputs.count(t.key));
     if (r.format == "pth") expected += r.deduplicated.size();
     if (expected_count) expected = *expected_count;
     if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
@@ -215,7 +218,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
         std::string want_hash = s->stats.hash;
         if (dt && want_dtype != *dt) {
             auto a = alias_of.find(t.key);
-            want_hash = cast_hash(*c, source_tensor.at(a == alias_of.end() ? t.key : a->second), want_dtype);
+            want_hash = cast_hash(*c, source_tensor.at(original(a == alias_of.end() ? t.key : a->second)), want_dtype);
         }
         if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
     }
@@ -255,8 +258,23 @@ ConvertReport convert(const ConvertRequest& rq) {
             std::string k = key_part(c->root()->dict_key(i));
             if (sd.kind == StateDictKind::none || (k != sd.path && sd.path.rfind(k + ".", 0) != 0)) others.push_back(k);
         }
+    if (rq.rename) {  // the written names: each one once
+        std::unordered_map<std::string, std::string> of;
+        for (const auto& e : sd.entries) {
+            std::string n = rq.rename(e.name);
+            if (n.empty()) throw Error(ErrorKind::usage, rq.input, "the prefixes stripped leave tensor " + e.name + " without a name");
+            auto [it, fresh] = of.emplace(n, e.name);
+            if (!fresh) throw Error(ErrorKind::usage, rq.input, "stripping prefixes makes " + it->second + " and " + e.name + " both " + n);
+            if (n != e.name) r.renamed.push_back({n, e.name});
+        }
+    }
+    if (!rq.tree.empty()) {
+        if (r.format != "pth") throw Error(ErrorKind::usage, rq.output, "a tree of values (not only tensors) is written as .pth only");
+        write_tree_pth(*c, rq, r);
+        return r;
+    }
     bool whole = r.format == "pth" && (c->format() == Format::torch_zip || c->format() == Format::legacy) && c->shards().empty() &&
-                 !rq.weights_only;
+                 !rq.weights_only && !rq.rename;
     if (whole && rq.max_shard_size) {
         if (!root_is_state_dict)
             throw Error(ErrorKind::usage, rq.input, "--max-shard-size shards a state dict; this checkpoint holds more" +
@@ -284,7 +302,8 @@ ConvertReport convert(const ConvertRequest& rq) {
     using View = std::tuple<size_t, int64_t, std::vector<int64_t>, std::vector<int64_t>, DType>;
     std::map<View, std::string> first_name;
     std::vector<Planned> planned;
-    for (const auto& e : sd.entries) {
+    for (const auto& entry : sd.entries) {
+        StateDictEntry e{written_name(rq, entry.name), entry.entry};
         size_t ti = *c->entries()[e.entry].tensor;
         const TensorInfo& t = c->tensors()[ti];
         if (e.name == "__metadata__") throw Error(ErrorKind::unsupported, rq.input, "a tensor named __metadata__ cannot go into safetensors");
@@ -325,8 +344,8 @@ ConvertReport convert(const ConvertRequest& rq) {
     }
     // The input's own __metadata__ (safetensors) is carried into every shard; an alias entry only into
     // the shard that holds the tensor it names.
-    std::unordered_set<std::string_view> tensor_names;
-    for (const auto& e : sd.entries) tensor_names.insert(e.name);
+    std::unordered_set<std::string> tensor_names;
+    for (const auto& e : sd.entries) tensor_names.insert(written_name(rq, e.name));
 
     std::unordered_map<std::string_view, size_t> shard_of;  // names of the (no longer moved) plans
     std::vector<std::unique_ptr<AtomicFile>> files;
@@ -420,8 +439,9 @@ ConvertReport convert(const ConvertRequest& rq) {
     if (count > 1) {
         std::vector<std::pair<std::string, std::string>> weight_map;
         for (const auto& e : sd.entries) {
-            auto it = shard_of.find(e.name);
-            if (it != shard_of.end()) weight_map.push_back({e.name, base_name(paths[it->second])});  // aliases: under their kept name
+            std::string name = written_name(rq, e.name);
+            auto it = shard_of.find(name);
+            if (it != shard_of.end()) weight_map.push_back({name, base_name(paths[it->second])});  // aliases: under their kept name
         }
         index = write_index(index_path, total, weight_map, r.bytes_written);
     }

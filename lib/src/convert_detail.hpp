@@ -2,6 +2,8 @@
 // and the Hugging Face index.
 #pragma once
 
+#include "text_util.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -66,7 +68,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
 std::vector<size_t> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max, size_t& shards);
 // "dir/model.safetensors" → "dir/model-00001-of-00003.safetensors" (n of count, Hugging Face's names).
 std::string shard_path(const std::string& output, size_t n, size_t count);
-std::string base_name(const std::string& path);
+using text::base_name;
 // Throws Error(usage) naming the first of `paths` that exists, unless `force`.
 void check_absent(const std::vector<std::string>& paths, bool force);
 // The index ({"metadata": {"total_size"}, "weight_map"}), written to a temporary for the caller to commit.
@@ -81,5 +83,9 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
 // The whole checkpoint written again (optimizer, arguments and all), its state dict's floating
 // storages cast with --dtype.
 void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r);
+// rq.tree: the chosen entries of the value tree as a plain dict (merge's output).
+void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r);
+// The name a state-dict tensor is written under (rq.rename).
+inline std::string written_name(const ConvertRequest& rq, const std::string& name) { return rq.rename ? rq.rename(name) : name; }
 
 }  // namespace ckpt::detail

@@ -1,6 +1,7 @@
 // convert's pth writers: a state dict as torch.save writes one (whole or in shards), and a whole
 // training checkpoint written again with its storages cast.
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 
 #include "convert_detail.hpp"
@@ -39,8 +40,11 @@ DType storage_dtype(const Checkpoint& c, const ConvertRequest& rq, size_t s, DTy
 // One file as torch.save writes a state dict (a STORED, 64-byte aligned zip: ROOT/data.pkl,
 // ROOT/data/N, ROOT/version) holding `items`, every tensor keeping its storage, offset and strides
 // (tied weights and views stay shared).
+using MakePickle = std::function<std::string(const std::vector<PickledTensor>&)>;
+
 uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::string& path, const std::vector<Item>& items,
-                   AtomicFile& out, ConvertReport& r, uint64_t& done, uint64_t total) {
+                   AtomicFile& out, ConvertReport& r, uint64_t& done, uint64_t total,
+                   const MakePickle& make_pickle = state_dict_pickle) {
     std::string base = base_name(path);
     std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
     std::vector<PickledTensor> pickled;
@@ -57,7 +61,7 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
         pickled.push_back({item.name, std::to_string(it->second), out_dtype(rq, t.dtype), numel, t.storage_offset, t.shape, t.stride});
         r.cast += out_dtype(rq, t.dtype) != t.dtype;
     }
-    std::string pkl = state_dict_pickle(pickled);
+    std::string pkl = make_pickle(pickled);
     ZipWriter w(out.fd(), path);
     ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
     w.add(root + "/data.pkl", pv, crc32_of(pv));
@@ -109,7 +113,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     std::unordered_map<std::string, size_t> by_name;
     for (const auto& e : c.state_dict().entries) {
         by_name.emplace(e.name, *c.entries()[e.entry].tensor);
-        items.push_back({e.name, *c.entries()[e.entry].tensor});
+        items.push_back({written_name(rq, e.name), *c.entries()[e.entry].tensor});
     }
     // The aliases safetensors' converters record in __metadata__ (alias → kept name) become shared
     // storage again; the rest of the metadata has no place in a pth file.
@@ -264,6 +268,109 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     });
     out.start_sync();  // the disk writes while the output is read back
     verify_whole(c, rq, out, r, retype, source);
+    out.commit(rq.force);
+    r.outputs = {rq.output};
+}
+
+}  // namespace ckpt::detail
+
+namespace ckpt::detail {
+
+// merge's output: the chosen entries of the value tree as one dict, every tensor in it written as
+// torch.save writes one (a storage once however many tensors view it), and read back: every
+// tensor's content hash equal to the source's at the same place in the tree.
+void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
+    const Value* root = c.root();
+    const StateDict& sd = c.state_dict();
+    std::vector<TreeEntry> top;
+    std::vector<std::string> source_key;  // the input's dotted path of each top entry
+    for (const auto& [out, in] : rq.tree) {
+        if (in == "*") {
+            if (!root || root->kind != ValueKind::dict) throw Error(ErrorKind::usage, rq.input, "its root is not a dict");
+            for (size_t i = 0; i < root->dict_size(); ++i) {
+                top.push_back({key_part(root->dict_key(i)), root->dict_value(i)});
+                source_key.push_back(top.back().key);
+            }
+            continue;
+        }
+        const Value* v = root && root->kind == ValueKind::dict ? root->get(in) : nullptr;
+        if (!v) throw Error(ErrorKind::usage, rq.input, "has no top-level entry " + in);
+        top.push_back({out, v});
+        source_key.push_back(in);
+    }
+    // The tensors in the order the tree is walked, each with its output and input path.
+    std::vector<Item> items;
+    std::vector<std::string> from;
+    std::unordered_map<size_t, size_t> item_of_tensor;
+    std::function<void(const Value*, const std::string&, const std::string&, int)> walk =
+        [&](const Value* v, const std::string& out, const std::string& in, int depth) {
+            if (depth > 1000) return;
+            auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; };
+            if (v->kind == ValueKind::tensor) {
+                item_of_tensor.emplace(static_cast<size_t>(v->i), items.size());
+                items.push_back({out, static_cast<size_t>(v->i)});
+                from.push_back(in);
+            } else if (v->kind == ValueKind::dict) {
+                for (size_t i = 0; i < v->dict_size(); ++i) {
+                    if (!tree_writable(v->dict_value(i))) continue;  // left out by the writer too
+                    std::string k = key_part(v->dict_key(i));
+                    std::string ko = v == sd.value && v->dict_key(i)->kind == ValueKind::string ? written_name(rq, k) : k;
+                    walk(v->dict_value(i), join(out, ko), join(in, k), depth + 1);
+                }
+            } else if (v->kind == ValueKind::list || v->kind == ValueKind::tuple || v->kind == ValueKind::set ||
+                       v->kind == ValueKind::frozenset) {
+                for (size_t i = 0; i < v->items.size(); ++i)
+                    walk(v->items[i], join(out, std::to_string(i)), join(in, std::to_string(i)), depth + 1);
+            }
+        };
+    for (size_t i = 0; i < top.size(); ++i)
+        if (tree_writable(top[i].value)) walk(top[i].value, top[i].key, source_key[i], 0);
+    uint64_t total = 0, done = 0;
+    std::unordered_map<size_t, bool> counted;
+    for (const Item& it : items) {
+        size_t s = c.tensors()[it.tensor].storage;
+        if (!counted.emplace(s, true).second) continue;
+        const StorageInfo& st = c.storages()[s];
+        total += st.record_size;
+    }
+    check_absent({rq.output}, rq.force);
+    ScanOptions hashes;
+    hashes.hash_only = true;
+    hashes.all = true;  // by path in the tree
+    SourceHashes source(c, hashes, rq.verify);
+    AtomicFile out(rq.output);
+    std::vector<std::string> skipped;
+    r.bytes_written = write_one(c, rq, rq.output, items, out, r, done, total, [&](const std::vector<PickledTensor>& pickled) {
+        return tree_pickle(
+            top, [&](size_t t) -> const PickledTensor& { return pickled.at(item_of_tensor.at(t)); }, sd.value,
+            [&](const std::string& k) { return written_name(rq, k); }, skipped);
+    });
+    r.skipped = skipped;
+    r.tensors = items.size();
+    out.start_sync();
+    if (rq.verify) {
+        std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
+        if (!back->problems().empty()) read_back_failed(rq, back->problems().front().message);
+        Fingerprint got = fingerprint(*back, hashes);
+        const Fingerprint& want = source.get();
+        std::unordered_map<std::string_view, const TensorPrint*> src;
+        for (const auto& t : want.tensors) src.emplace(t.key, &t);
+        std::unordered_map<std::string_view, size_t> item_of_path;
+        for (size_t i = 0; i < items.size(); ++i) item_of_path.emplace(items[i].name, i);
+        if (got.tensors.size() != items.size())
+            read_back_failed(rq, "tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(items.size()));
+        for (const auto& t : got.tensors) {
+            auto i = item_of_path.find(t.key);
+            if (i == item_of_path.end()) read_back_failed(rq, t.key + " is not in the input");
+            auto s = src.find(from[i->second]);
+            if (s == src.end()) read_back_failed(rq, t.key + " has no source");
+            const TensorInfo& ti = c.tensors()[items[i->second].tensor];
+            DType want_dtype = out_dtype(rq, ti.dtype);
+            std::string want_hash = want_dtype != ti.dtype ? cast_hash(c, items[i->second].tensor, want_dtype) : s->second->stats.hash;
+            if (t.dtype != dtype_name(want_dtype) || s->second->shape != t.shape || t.stats.hash != want_hash) read_back_failed(rq, t.key + " differs");
+        }
+        r.verified = true;
+    }
     out.commit(rq.force);
     r.outputs = {rq.output};
 }

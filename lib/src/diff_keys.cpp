@@ -1,5 +1,7 @@
 #include "ckpt/diff_keys.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
 #include <map>
 #include <ostream>
@@ -16,7 +18,7 @@ namespace ckpt {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+using text::starts_with;
 
 [[noreturn]] void not_manifest(const std::string& path, const std::string& why) {
     throw Error(ErrorKind::format, path, "not a key manifest: " + why);

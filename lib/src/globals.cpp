@@ -9,6 +9,8 @@
 //   6. anything else                                                  → unknown
 #include "ckpt/globals.hpp"
 
+#include "text_util.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -104,7 +106,7 @@ std::vector<std::string_view> split(std::string_view s) {
     }
 }
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+using text::starts_with;
 
 // Families of reviewed names: one class or constant, no attribute walk.
 const char* reviewed_family(std::string_view module, std::string_view qualname) {
@@ -152,8 +154,8 @@ bool importable_module_name(std::string_view module) {
 GlobalVerdict bound_method_verdict(uint64_t uses, const std::string& example) {
     return {GlobalClass::benign, "bound method",
             "getattr(obj, name) " + std::to_string(uses) + (uses == 1 ? " time" : " times") +
-                ", on objects of torch's own classes only (" + example + "): how pickle writes a bound method "
-                "that a torch 1.x scheduler keeps; nothing calls it while loading",
+                ", on objects of torch's own classes and reviewed enums only (" + example + "): how pickle writes a bound method "
+                "that a torch 1.x scheduler keeps, or an enum member; nothing calls it while loading",
             false};
 }
 

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "ckpt/inspect.hpp"
+#include "ckpt/mapped_file.hpp"
 #include "ckpt/report.hpp"
 
 namespace ckpt {
@@ -22,6 +23,30 @@ nlohmann::json totals_json(const Totals& t) {
 
 namespace {
 
+// A merged view's storage: the byte ranges of the files it is gathered from (names relative to the folder).
+nlohmann::json pieces_json(const Checkpoint& c, const StorageInfo& s) {
+    nlohmann::json out = nlohmann::json::array();
+    auto rec = c.record_index(s.record);
+    if (!c.dist() || !rec) return out;
+    const std::string& dir = c.dist()->dir;
+    for (const RecordPiece& p : c.records()[*rec].pieces) {
+        std::string f = p.file->path();
+        if (f.size() > dir.size() && f.compare(0, dir.size(), dir) == 0 && f[dir.size()] == '/') f = f.substr(dir.size() + 1);
+        nlohmann::json pj = {{"file", f}, {"offset", p.offset}, {"length", p.length}};
+        if (p.from != p.to) pj["cast_from"] = dtype_name(p.from);
+        out.push_back(std::move(pj));
+    }
+    return out;
+}
+
+nlohmann::json dist_json(const DistInfo& d) {
+    return {{"layout", d.layout}, {"writer", d.writer}, {"dir", d.dir},
+            {"tag", d.tag.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.tag)},
+            {"latest", d.latest.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.latest)},
+            {"tags", d.tags}, {"world_size", d.world_size}, {"files", d.files}, {"elements", d.elements},
+            {"notes", d.notes}};
+}
+
 // Everything but the elements of "tensors" and "storages", which `with_arrays` leaves empty.
 nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     const Checkpoint& c = *r.checkpoint;
@@ -36,6 +61,7 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     for (const auto& [k, v] : c.metadata()) metadata[k] = v;
     j["metadata"] = std::move(metadata);
     j["shards"] = c.shards();
+    j["distributed"] = c.dist() ? dist_json(*c.dist()) : nlohmann::json(nullptr);
     j["container"] = {{"root", c.zip_root()},
                       {"byteorder", c.byteorder()},
                       {"byteorder_recorded", c.byteorder_recorded()},
@@ -83,13 +109,16 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     j["tensors"] = std::move(tensors);
 
     nlohmann::json storages = nlohmann::json::array();
-    for (const auto& s : c.storages())
-        if (with_arrays) storages.push_back({{"key", s.key},
+    for (const auto& s : c.storages()) {
+        if (!with_arrays) break;
+        storages.push_back({{"key", s.key},
                             {"dtype", dtype_name(s.dtype)},
                             {"numel", s.numel},
                             {"nbytes", s.nbytes()},
                             {"location", s.location},
                             {"record", s.record}});
+        if (c.dist()) storages.back()["pieces"] = pieces_json(c, s);
+    }
     j["storages"] = std::move(storages);
 
     nlohmann::json objects = nlohmann::json::array();
@@ -234,6 +263,17 @@ void write_storages(const InspectReport& r, JsonOut& o) {
         o.key("location", 3), o.string(s.location);
         o.key("nbytes", 3), o.number(s.nbytes());
         o.key("numel", 3), o.number(s.numel);
+        if (r.checkpoint->dist()) {
+            o.key("pieces", 3);
+            nlohmann::json pj = pieces_json(*r.checkpoint, s);
+            std::string text = pj.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+            std::string indented;  // at depth 3, as dump(2) lays a member out there
+            for (char ch : text) {
+                indented += ch;
+                if (ch == '\n') indented.append(6, ' ');
+            }
+            o.raw(indented);
+        }
         o.key("record", 3), o.string(s.record);
         o.end_element();
     }
@@ -279,7 +319,20 @@ std::string pad(const std::string& s, size_t w) { return s + std::string(w > wid
 void render_text(const InspectReport& r, std::ostream& out, const TextStyle& style) {
     const Checkpoint& c = *r.checkpoint;
     Paint paint{style.color};
-    if (!c.shards().empty()) {
+    if (c.dist()) {
+        const DistInfo& d = *c.dist();
+        out << paint("1", c.path()) << ": " << d.writer;
+        if (!d.tag.empty()) out << ", tag " << d.tag << (d.latest == d.tag ? " (latest)" : d.latest.empty() ? "" : " (latest: " + d.latest + ")");
+        out << ", " << d.world_size << (d.world_size == 1 ? " rank" : " ranks") << ", " << d.files.size() << " files, "
+            << human_bytes(c.file_size()) << "\n";
+        if (d.tags.size() > 1) {
+            out << "  tags:";
+            for (const auto& t : d.tags) out << " " << t;
+            out << "\n";
+        }
+        out << "  merged view: " << human_count(d.elements) << " elements; `ckpt-tool merge` writes it as one file\n";
+        for (const auto& n : d.notes) out << "  " << paint("33", "note") << " " << n << "\n";
+    } else if (!c.shards().empty()) {
         out << paint("1", c.path()) << ": sharded checkpoint, " << c.shards().size() << " " << format_name(c.format())
             << " shards (" << c.shards().front() << (c.shards().size() > 1 ? " … " + c.shards().back() : "") << "), "
             << human_bytes(c.file_size()) << " index\n";

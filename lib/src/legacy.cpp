@@ -38,7 +38,7 @@ bool sniff_legacy(ByteView file) {
 }
 
 void Checkpoint::Builder::read_legacy() {
-    ByteView file = c.m_file->view();
+    ByteView file = c.bytes();
     c.m_format = Format::legacy;
     uint64_t at = 0;
     PickleHooks plain;  // the header pickles hold plain data
@@ -114,7 +114,7 @@ void Checkpoint::Builder::read_legacy() {
         uint64_t avail = begin <= file.size ? file.size - begin : 0;
         uint64_t held = std::min(size, avail);
         st.record_size = held;
-        c.add_record({key, held, false, 0});
+        c.add_record({key, held, false, 0, {}});
         c.m_record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
         if (held < size) {
             at = file.size;

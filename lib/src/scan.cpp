@@ -1,7 +1,10 @@
 // `scan` at the level of a file: which pickles it holds and where (pickle_scan.cpp judges each).
 #include "ckpt/scan.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
+#include <optional>
 
 #include "checkpoint_builder.hpp"
 #include "ckpt/bytes.hpp"
@@ -40,9 +43,7 @@ bool pickle_start(ByteView b) { return proto_start(b) || old_protocol_start(b); 
 
 bool npy_start(ByteView b) { return b.size >= 10 && std::string_view(reinterpret_cast<const char*>(b.data), 6) == "\x93NUMPY"; }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
+using text::ends_with;
 
 ByteView tail(ByteView b, uint64_t from) { return {b.data + from, b.size - from}; }
 
@@ -181,6 +182,51 @@ void scan_zip(PickleScanner& s, ScanReport& r, ByteView bytes, uint64_t base) {
     }
 }
 
+// Just past the zip that starts at `at`: the first end-of-central-directory record after it that
+// makes [at, end) a zip (a .distcp of torch.distributed.checkpoint is a run of torch.save archives,
+// one after another). A signature inside some record's data does not make a zip, and is passed over.
+std::optional<uint64_t> zip_end(ByteView f, uint64_t at) {
+    static const uint8_t sig[] = {'P', 'K', 5, 6};
+    for (uint64_t p = at; p + 22 <= f.size; ++p) {
+        const uint8_t* hit = std::search(f.data + p, f.data + f.size, sig, sig + 4);
+        if (hit + 22 > f.data + f.size) return std::nullopt;
+        p = static_cast<uint64_t>(hit - f.data);
+        uint64_t end = p + 22 + (f.data[p + 20] | (f.data[p + 21] << 8));
+        if (end > f.size) continue;
+        try {
+            ZipLimits limits;
+            limits.tolerant = true;
+            ZipArchive::open(*f.sub(at, end - at), limits);
+            return end;
+        } catch (const Error&) {
+        }
+    }
+    return std::nullopt;
+}
+
+// A file that starts as a zip but is none as a whole: when it is archives one after another, each
+// is scanned (and what follows the last, if anything, is a finding). false when not even the first is one.
+bool scan_zip_run(PickleScanner& s, ScanReport& r, ByteView f) {
+    uint64_t at = 0;
+    size_t archives = 0;
+    while (at < f.size) {
+        std::optional<uint64_t> end = ZipArchive::sniff(*f.sub(at, f.size - at)) ? zip_end(f, at) : std::nullopt;
+        if (!end) {
+            if (!archives) return false;
+            s.finding({"hidden_entry", GlobalClass::unknown, "", "", at, "", "",
+                       std::to_string(f.size - at) + " bytes after the " + std::to_string(archives) +
+                           " archives of the file are no archive: not read"});
+            break;
+        }
+        scan_zip(s, r, *f.sub(at, *end - at), at);
+        ++archives;
+        at = *end;
+    }
+    s.note("archive_run", "", 0,
+           std::to_string(archives) + " zip archives one after another (a torch.distributed.checkpoint .distcp), each scanned");
+    return true;
+}
+
 // A zip end record in the last 64 KiB + 22 bytes: the file is (also) a zip to readers that look there.
 bool has_zip_end(ByteView f) {
     if (f.size < 22) return false;
@@ -217,7 +263,11 @@ ScanReport scan_bytes(ByteView f, const std::string& name, const ScanOptions& op
     PickleScanner s(r, *options.policy);
     if (f.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): nothing to scan");
     if (ZipArchive::sniff(f)) {
-        scan_zip(s, r, f, 0);
+        try {
+            scan_zip(s, r, f, 0);
+        } catch (const Error&) {
+            if (!scan_zip_run(s, r, f)) throw;
+        }
     } else if (sniff_safetensors(f)) {
         read_safetensors(f);  // the header is checked; there is no pickle
         r.format = "safetensors";

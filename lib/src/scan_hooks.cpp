@@ -40,13 +40,19 @@ constexpr std::string_view k_container_makers[] = {
 
 // A function on the allow-lists (torch's rebuild functions, _codecs.encode, len …): it returns data,
 // so NEWOBJ of it, or SETITEM/APPEND into what it returned, is no thing a pickler writes.
+// Reviewed classes with lower-case names (dataclasses of distributed training's checkpoints).
+constexpr std::string_view k_lowercase_classes[] = {"deepspeed.utils.tensor_fragment.fragment_address"};
+
 bool allowed_function(const Value* g) {
     if (g->kind != ValueKind::global || computed_placeholder(g)) return false;
     std::string_view name = g->s2;
     std::string_view last = name.substr(name.rfind('.') == std::string_view::npos ? 0 : name.rfind('.') + 1);
+    while (last.size() > 1 && last[0] == '_') last.remove_prefix(1);  // _StorageInfo is a class, _rebuild_tensor a function
     if (last.empty() || !(last[0] == '_' || (last[0] >= 'a' && last[0] <= 'z'))) return false;
     std::string full = name_of(g);
     for (std::string_view c : k_container_makers)
+        if (c == full) return false;
+    for (std::string_view c : k_lowercase_classes)
         if (c == full) return false;
     return global_is_known(GlobalPolicy::standard().judge(g->s, g->s2).cls);
 }

@@ -1,5 +1,6 @@
 // Sharded checkpoints: a Hugging Face index and the shards it names, opened as one checkpoint.
 #include <dirent.h>
+#include "text_util.hpp"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,9 +15,7 @@
 namespace ckpt {
 
 namespace {
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
+using text::ends_with;
 
 // A directory stands for the one Hugging Face index in it.
 std::string index_in(const std::string& dir) {

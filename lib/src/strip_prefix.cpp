@@ -1,5 +1,7 @@
 #include "ckpt/strip_prefix.hpp"
 
+#include "text_util.hpp"
+
 #include <sys/stat.h>
 
 #include <climits>
@@ -24,7 +26,7 @@ namespace ckpt {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+using text::starts_with;
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
     throw Error(ErrorKind::usage, path, why);

@@ -1,8 +1,12 @@
 #include "ckpt/verify.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,9 +23,7 @@ namespace ckpt {
 
 namespace {
 
-bool ends_with(std::string_view s, std::string_view p) {
-    return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
+using text::ends_with;
 
 std::string hex32(uint32_t v) {
     char b[16];
@@ -66,6 +68,78 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const Global
             out.push_back({"unsafe_global", g.full_name(),
                            g.full_name() + " is not on the allow-list (a custom class: torch.load(weights_only=True) "
                                            "refuses the file, a plain torch.load imports and runs it; --allow it if you trust it)"});
+    }
+}
+
+// A merged view (a DeepSpeed or DCP folder): every archive it was read from, each record's CRC-32
+// against its zip directory; and for ZeRO-1/2 the module's weights against the fp32 masters cast
+// down as the optimizer casts them (round to nearest even), which a checkpoint whose optimizer
+// and module states come from different steps or runs fails.
+void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& records, uint64_t& bytes) {
+    const DistInfo& d = *c.dist();
+    std::unordered_map<std::string, std::shared_ptr<MappedFile>> open;
+    for (const DistInfo::Archive& a : d.archives) {
+        auto& f = open[a.file];
+        if (!f) f = std::make_shared<MappedFile>(d.dir + "/" + a.file);
+        auto view = f->view().sub(a.offset, a.length);
+        std::string where = a.offset || a.length != f->size() ? a.file + "@" + std::to_string(a.offset) : a.file;
+        if (!view) throw Error(ErrorKind::corrupt, f->path(), "is shorter than the archive at byte " + std::to_string(a.offset) + " needs: truncated?");
+        ZipArchive zip = ZipArchive::open(*view);
+        for (const ZipEntry& e : zip.entries()) {
+            uint32_t got = zip.compute_crc32(e);
+            ++records;
+            bytes += e.size;
+            if (got != e.crc32)
+                out.push_back({"crc_mismatch", where + ":" + e.name,
+                               where + ": record " + e.name + ": CRC-32 is " + hex32(got) + ", the zip directory says " + hex32(e.crc32) +
+                                   " (the bytes changed after they were written)"});
+        }
+        f->release(*view);
+    }
+    if (d.module_states.empty() || d.masters.empty()) return;
+    std::unique_ptr<Checkpoint> m = Checkpoint::open(d.dir + "/" + d.module_states);
+    std::unordered_map<std::string, size_t> module_tensor, merged_tensor;
+    for (const auto& e : m->state_dict().entries) module_tensor.emplace(e.name, *m->entries()[e.entry].tensor);
+    for (const auto& e : c.state_dict().entries) merged_tensor.emplace(e.name, *c.entries()[e.entry].tensor);
+    for (const std::string& name : d.masters) {
+        auto mi = module_tensor.find(name);
+        auto ci = merged_tensor.find(name);
+        if (ci == merged_tensor.end()) continue;
+        if (mi == module_tensor.end()) {
+            out.push_back({"master_mismatch", name, name + " has fp32 masters but no weight in " + d.module_states});
+            continue;
+        }
+        const TensorInfo& mt = m->tensors()[mi->second];
+        const TensorInfo& ct = c.tensors()[ci->second];
+        if (mt.shape != ct.shape) {
+            out.push_back({"master_mismatch", name, name + " is " + shape_text(mt.shape) + " in " + d.module_states + ", " + shape_text(ct.shape) + " in the fp32 masters"});
+            continue;
+        }
+        if (ct.dtype != DType::float32 || (mt.dtype != DType::float16 && mt.dtype != DType::bfloat16 && mt.dtype != DType::float32) ||
+            !mt.contiguous() || !ct.contiguous())
+            continue;
+        RecordData master = c.record_data(*c.record_index(c.storages()[ct.storage].record));
+        RecordData weight = m->record_data(*m->record_index(m->storages()[mt.storage].record));
+        const uint8_t* w = weight.view().data + static_cast<uint64_t>(mt.storage_offset) * dtype_size(mt.dtype);
+        const float* f = reinterpret_cast<const float*>(master.view().data + static_cast<uint64_t>(ct.storage_offset) * 4);
+        uint64_t differ = 0;
+        for (uint64_t i = 0; i < ct.numel; ++i) {
+            if (mt.dtype == DType::float32) {
+                differ += std::memcmp(w + 4 * i, f + i, 4) != 0;
+                continue;
+            }
+            float x;
+            std::memcpy(&x, f + i, 4);
+            uint16_t want = mt.dtype == DType::float16 ? float_to_half_bits(x) : float_to_bf16_bits(x), have;
+            std::memcpy(&have, w + 2 * i, 2);
+            differ += want != have && !(std::isnan(x) && ((have & 0x7fff) > (mt.dtype == DType::float16 ? 0x7c00 : 0x7f80)));
+        }
+        bytes += ct.nbytes() + mt.nbytes();
+        if (differ)
+            out.push_back({"master_mismatch", name,
+                           name + ": " + std::to_string(differ) + " of " + std::to_string(ct.numel) + " elements of the " +
+                               std::string(dtype_name(mt.dtype)) + " weight in " + d.module_states +
+                               " are not the fp32 master cast down (module and optimizer states of different steps?)"});
     }
 }
 
@@ -283,6 +357,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     for (const RecordInfo& e : c.records()) rep.bytes_read += e.size;
 
     integrity_findings(c, fp, *o.policy, rep.findings);
+    if (c.dist()) dist_findings(c, rep.findings, rep.records_checked, rep.bytes_read);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
     rep.tensors.reserve(fp.tensors.size() + (ref ? ref->tensors.size() : 0));

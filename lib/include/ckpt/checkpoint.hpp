@@ -102,20 +102,57 @@ struct Problem {
     std::string message;
 };
 
-enum class Format { torch_zip, torchscript, safetensors, legacy };
+// distributed: the merged view of a DeepSpeed or torch.distributed.checkpoint folder (Checkpoint::dist).
+enum class Format { torch_zip, torchscript, safetensors, legacy, distributed };
 
 // A stored byte range of the container: a zip record, a safetensors tensor's bytes, or a legacy
 // file's storage (named by its key).
+// A byte range of another file that a record is gathered from: distributed training saves a
+// tensor in partitions over ranks (DeepSpeed ZeRO) or chunks (torch.distributed.checkpoint), and the
+// merged view's record of that tensor is its pieces, in order. `from` != `to`: the bytes are elements
+// of `from`, converted to `to` (DeepSpeed's reference merge casts buffers to float32).
+struct RecordPiece {
+    const MappedFile* file = nullptr;  // a file the checkpoint holds open
+    uint64_t offset = 0;  // in that file
+    uint64_t length = 0;  // bytes there
+    DType from = DType::untyped, to = DType::untyped;  // untyped: copied as they are
+};
+
 struct RecordInfo {
     std::string name;
     uint64_t size = 0;
     bool has_crc = false;  // zip records carry a CRC-32; safetensors has none
     uint32_t crc32 = 0;
+    std::vector<RecordPiece> pieces;  // gathered from other files; empty: stored as it is
+};
+
+// What a checkpoint that distributed training wrote in many files is (Checkpoint::dist()).
+struct DistInfo {
+    std::string layout;   // deepspeed-zero1/2/3, dcp, fsdp-local
+    std::string writer;   // "DeepSpeed 0.16.5, ZeRO-2, fp32 masters", "torch.distributed.checkpoint (torch 2.4+)"
+    std::string dir;      // the folder holding the files
+    std::string tag;      // DeepSpeed: the tag folder read ("global_step1000")
+    std::string latest;   // DeepSpeed: what `latest` names ("" when there is no such file)
+    std::vector<std::string> tags;   // DeepSpeed: every tag folder found
+    int world_size = 0;   // data-parallel ranks
+    std::vector<std::string> files;  // the files read, relative to dir, in rank order
+    uint64_t elements = 0;           // of the merged tensors (a tied name counted once)
+    std::vector<std::string> notes;  // what a reader should know (frozen parameters taken from …)
+    uint64_t bytes = 0;              // of the files read
+    std::string module_states;       // DeepSpeed ZeRO-1/2: the file of the module weights (relative to dir)
+    std::vector<std::string> masters;  // DeepSpeed ZeRO-1/2: the state dict's names merged from fp32 partitions
+    // Every torch.save archive read (a whole rank file, or a DCP item): file (relative to dir), offset, length.
+    struct Archive {
+        std::string file;
+        uint64_t offset = 0, length = 0;
+    };
+    std::vector<Archive> archives;
 };
 const char* format_name(Format f);
 
 struct OpenOptions {
     std::optional<std::string> state_dict_key;  // --state-dict-key
+    std::optional<std::string> tag;             // --tag: a DeepSpeed folder's tag to read (default: `latest`)
     PickleLimits pickle_limits;
     bool trace_pickle = false;  // keep a PickleTrace (for writers that patch data.pkl)
 };
@@ -166,6 +203,11 @@ public:
     // its shards, in the order the index names them; empty for a single file.
     const std::vector<std::string>& shards() const { return m_shard_names; }
 
+    // A checkpoint of distributed training (a DeepSpeed or torch.distributed.checkpoint folder),
+    // opened as its merged view: its tensors are whole, their records gathered from pieces of the
+    // files it holds open (RecordInfo::pieces).
+    const std::optional<DistInfo>& dist() const { return m_dist; }
+
     // safetensors' __metadata__ (empty for other formats).
     const std::vector<std::pair<std::string, std::string>>& metadata() const { return m_metadata; }
 
@@ -183,9 +225,13 @@ public:
 private:
     Checkpoint() = default;
     friend struct Builder;
+    friend struct DistView;  // dist.cpp: builds the merged views
 
     std::string m_path;
-    std::unique_ptr<MappedFile> m_file;
+    std::shared_ptr<MappedFile> m_file;
+    uint64_t m_base = 0, m_span = 0;  // open_embedded: the checkpoint is m_file's bytes [m_base, m_base + m_span)
+    ByteView bytes() const;
+    void read(const OpenOptions& options);
     std::unique_ptr<ZipArchive> m_zip;
     std::unique_ptr<RecordData> m_pickle;
     std::string m_pickle_record;
@@ -212,7 +258,14 @@ private:
     std::vector<std::unique_ptr<Checkpoint>> m_shards;
     std::vector<std::string> m_shard_names;
     std::vector<std::pair<size_t, size_t>> m_record_owner;  // sharded: (shard, its record)
+    std::optional<DistInfo> m_dist;
+    std::vector<std::shared_ptr<MappedFile>> m_piece_files;  // the files the pieces are in
     static std::unique_ptr<Checkpoint> open_index(const std::string& path, const OpenOptions& options);
+    static std::unique_ptr<Checkpoint> open_deepspeed(const std::string& dir, const OpenOptions& options);  // dist_deepspeed.cpp
+    static std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options);        // dist_dcp.cpp
+    // A torch.save zip stored inside another file (a .distcp is a run of them): `name` for messages.
+    static std::unique_ptr<Checkpoint> open_embedded(std::shared_ptr<MappedFile> file, uint64_t offset, uint64_t length,
+                                                     const std::string& name, const OpenOptions& options);
 };
 
 // True for what Checkpoint::open reads as a sharded checkpoint: a *.index.json, or a directory.

@@ -39,6 +39,12 @@ struct ConvertRequest {
     std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
     uint64_t max_shard_size = 0;  // --max-shard-size: shards + a Hugging Face index; 0: one file
     std::function<void(uint64_t, uint64_t)> progress;  // bytes of tensor data written, of all
+    // merge: the names the state dict's tensors are written under (--strip-prefix); none: as they are.
+    std::function<std::string(const std::string&)> rename;
+    // merge, pth only: a dict of these top-level entries of the input's value tree (output key,
+    // input key; "*" for every entry of the root), each written with all it holds (the state dict's
+    // names renamed); empty: the state dict alone.
+    std::vector<std::pair<std::string, std::string>> tree;
 };
 
 // "2GB" → 2,000,000,000; "512MiB" → 536,870,912; units B, KB, MB, GB, TB and KiB … TiB. Throws
@@ -53,6 +59,7 @@ struct ConvertReport {
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
     std::vector<std::string> dropped;                            // top-level keys left out (all but a whole pth → pth)
     std::vector<std::string> metadata_dropped;                   // safetensors → pth: __metadata__ keys (not aliases, not "format")
+    std::vector<std::pair<std::string, std::string>> renamed;    // rename: written name, the input's
     size_t made_contiguous = 0;
     size_t cast = 0;                                             // tensors written as --dtype
     uint64_t bytes_written = 0;

@@ -26,4 +26,10 @@ std::optional<DType> dtype_from_storage_class(std::string_view name);
 std::string_view storage_class_of(DType d);
 bool dtype_is_floating(DType d);
 
+// `n` elements of `from` at `in` written as `to` at `out`, rounded as PyTorch rounds: any real type
+// to float32, and float32 to float16 or bfloat16 (round to nearest even). false for other pairs.
+bool convert_elements(DType from, DType to, const uint8_t* in, uint64_t n, uint8_t* out);
+uint16_t float_to_half_bits(float f);
+uint16_t float_to_bf16_bits(float f);
+
 }  // namespace ckpt

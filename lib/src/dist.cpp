@@ -1,0 +1,355 @@
+#include "dist.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "checkpoint_builder.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/zip.hpp"
+#include "text_util.hpp"
+
+namespace ckpt {
+
+namespace dist {
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+    std::vector<std::string> out;
+    if (DIR* d = ::opendir(dir.c_str())) {
+        while (dirent* e = ::readdir(d))
+            if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") out.emplace_back(e->d_name);
+        ::closedir(d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+const Value* field(const Value* v, std::string_view name) {
+    if (!v) return nullptr;
+    if (v->kind == ValueKind::dict) return v->get(name);
+    if (v->kind != ValueKind::object || !v->state) return nullptr;
+    const Value* s = v->state;
+    if (s->kind == ValueKind::dict) return s->get(name);
+    if (s->kind == ValueKind::tuple && s->items.size() == 2)  // (state, slotstate)
+        for (const Value* half : s->items)
+            if (half->kind == ValueKind::dict)
+                if (const Value* f = half->get(name)) return f;
+    return nullptr;
+}
+
+std::optional<int64_t> int_of(const Value* v) {
+    if (v && (v->kind == ValueKind::integer || v->kind == ValueKind::boolean)) return v->i;
+    return std::nullopt;
+}
+
+std::optional<std::string_view> str_of(const Value* v) {
+    if (v && v->kind == ValueKind::string) return v->s;
+    return std::nullopt;
+}
+
+std::optional<std::vector<int64_t>> ints_of(const Value* v) {
+    if (!v || (v->kind != ValueKind::tuple && v->kind != ValueKind::list)) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const Value* x : v->items) {
+        if (x->kind != ValueKind::integer) return std::nullopt;
+        out.push_back(x->i);
+    }
+    return out;
+}
+
+std::string class_of(const Value* v) {
+    if (!v || v->kind != ValueKind::object || !v->callable || v->callable->kind != ValueKind::global) return "";
+    return std::string(v->callable->s) + "." + std::string(v->callable->s2);
+}
+
+std::string enum_member(const Value* v) {
+    if (!v || v->kind != ValueKind::object || !v->args || v->args->kind != ValueKind::tuple) return "";
+    const ValueList& a = v->args->items;
+    if (v->callable && v->callable->kind == ValueKind::global && v->callable->s2 == "getattr" && a.size() == 2 &&
+        a[1]->kind == ValueKind::string)
+        return std::string(a[1]->s);  // getattr(EnumClass, 'NAME')
+    if (a.size() == 1 && a[0]->kind == ValueKind::integer) return std::to_string(a[0]->i);  // EnumClass(value)
+    return "";
+}
+
+uint64_t numel(const std::vector<int64_t>& shape) {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d < 0 ? 0 : d);
+    return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string s = "(";
+    for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+    return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::vector<RecordPiece> Flat::slice(uint64_t start, uint64_t n, DType to, const std::string& what) const {
+    if (start > count || n > count - start)
+        throw Error(ErrorKind::corrupt, what,
+                    "needs elements " + std::to_string(start) + ".." + std::to_string(start + n) + " of a flat vector of " +
+                        std::to_string(count) + ": the partitions are short");
+    std::vector<RecordPiece> out;
+    uint64_t at = 0;
+    for (const Run& r : runs) {
+        if (n == 0) break;
+        if (start >= at + r.count) {
+            at += r.count;
+            continue;
+        }
+        uint64_t from = start - at, take = std::min(n, r.count - from);
+        uint64_t esz = dtype_size(r.dtype);
+        DType target = to == DType::untyped ? r.dtype : to;
+        out.push_back({r.file, r.offset + from * esz, take * esz, r.dtype, target});
+        start += take;
+        n -= take;
+        at += r.count;
+    }
+    return out;
+}
+
+}  // namespace dist
+
+DistView::DistView(Checkpoint& checkpoint, const OpenOptions& opts) : c(checkpoint), options(opts) {
+    c.m_format = Format::distributed;
+}
+
+void DistView::adopt(const Checkpoint& part, const std::string& name) {
+    m_memo[&part] = Memo{name, {}, {}};
+    for (const GlobalRef& g : part.globals()) {
+        auto same = std::find_if(c.m_globals.begin(), c.m_globals.end(),
+                                 [&](const GlobalRef& h) { return h.module == g.module && h.name == g.name; });
+        if (same != c.m_globals.end()) {
+            same->count += g.count;
+            same->bound_methods += g.bound_methods;
+            continue;
+        }
+        GlobalRef copy = g;
+        copy.record = name + ":" + g.record;
+        c.m_globals.push_back(std::move(copy));
+    }
+    for (const Problem& p : part.problems()) c.m_problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
+    if (std::none_of(c.m_piece_files.begin(), c.m_piece_files.end(), [&](const auto& f) { return f == part.m_file; }))
+        c.m_piece_files.push_back(part.m_file);
+}
+
+namespace {
+OpenOptions part_options(const OpenOptions& o) {
+    OpenOptions p;
+    p.pickle_limits = o.pickle_limits;
+    return p;
+}
+}  // namespace
+
+std::unique_ptr<Checkpoint> DistView::open_part(const std::string& rel) {
+    std::unique_ptr<Checkpoint> p = Checkpoint::open(c.m_dist->dir + "/" + rel, part_options(options));
+    if (p->format() != Format::torch_zip && p->format() != Format::legacy)
+        throw Error(ErrorKind::format, p->path(), std::string("is ") + format_name(p->format()) + ", not a torch.save file");
+    adopt(*p, rel);
+    c.m_dist->archives.push_back({rel, 0, p->file_size()});
+    return p;
+}
+
+std::unique_ptr<Checkpoint> DistView::open_part(std::shared_ptr<MappedFile> file, const std::string& rel, uint64_t offset,
+                                                uint64_t length) {
+    std::string name = rel + "@" + std::to_string(offset);
+    std::unique_ptr<Checkpoint> p = Checkpoint::open_embedded(std::move(file), offset, length, c.m_dist->dir + "/" + name, part_options(options));
+    adopt(*p, name);
+    c.m_dist->archives.push_back({rel, offset, length});
+    return p;
+}
+
+dist::Run DistView::run_of(const Checkpoint& part, size_t ti, const std::string& what) const {
+    const TensorInfo& t = part.tensors()[ti];
+    const StorageInfo& st = part.storages()[t.storage];
+    if (!t.contiguous()) throw Error(ErrorKind::unsupported, part.path(), what + " is not contiguous");
+    auto rec = part.record_index(st.record);
+    if (!rec || !st.record_present) throw Error(ErrorKind::corrupt, part.path(), what + ": its storage record " + st.record + " is missing");
+    auto off = part.record_file_offset(*rec);
+    if (!off) throw Error(ErrorKind::unsupported, part.path(), what + ": its storage record " + st.record + " is compressed");
+    uint64_t esz = dtype_size(t.dtype);
+    uint64_t end = (static_cast<uint64_t>(t.storage_offset) + t.numel) * esz;
+    if (end > part.records()[*rec].size)
+        throw Error(ErrorKind::corrupt, part.path(),
+                    what + " runs past its storage: needs " + std::to_string(end) + " bytes, record " + st.record + " holds " +
+                        std::to_string(part.records()[*rec].size));
+    return {&part.record_file(*rec), *off + static_cast<uint64_t>(t.storage_offset) * esz, t.numel, t.dtype};
+}
+
+size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<RecordPiece> pieces) {
+    TensorInfo t;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.stride.assign(shape.size(), 1);
+    for (size_t d = shape.size(); d-- > 1;) t.stride[d - 1] = t.stride[d] * std::max<int64_t>(shape[d], 1);
+    t.numel = dist::numel(shape);
+    t.extent = t.numel;
+    t.rebuild = "torch._utils._rebuild_tensor_v2";
+    uint64_t size = t.numel * dtype_size(dtype), got = 0;
+    for (const RecordPiece& p : pieces)
+        got += p.from != p.to && p.from != DType::untyped ? p.length / dtype_size(p.from) * dtype_size(p.to) : p.length;
+    if (got != size)
+        throw Error(ErrorKind::corrupt, name,
+                    "its pieces hold " + std::to_string(got) + " bytes, its shape " + dist::shape_text(shape) + " needs " + std::to_string(size));
+    StorageInfo st;
+    st.key = std::to_string(c.m_storages.size());
+    st.dtype = dtype;
+    st.numel = t.numel;
+    st.location = "cpu";
+    st.storage_class = storage_class_of(dtype);
+    st.record = name;
+    st.record_present = true;
+    st.record_size = size;
+    t.storage = c.m_storages.size();
+    c.m_storages.push_back(std::move(st));
+    RecordInfo r;
+    r.name = name;
+    r.size = size;
+    r.pieces = std::move(pieces);
+    c.add_record(std::move(r));
+    c.m_tensors.push_back(std::move(t));
+    return c.m_tensors.size() - 1;
+}
+
+Value* DistView::tensor(size_t t) {
+    Value* v = c.m_arena.make(ValueKind::tensor, 0);
+    v->i = static_cast<int64_t>(t);
+    v->s = c.m_arena.own(dtype_name(c.m_tensors[t].dtype));
+    return v;
+}
+
+Value* DistView::str(std::string_view text) {
+    Value* v = c.m_arena.make(ValueKind::string, 0);
+    v->s = c.m_arena.own(text);
+    return v;
+}
+
+Value* DistView::integer(int64_t i) { return c.m_arena.integer(i, 0); }
+
+Value* DistView::dict(bool ordered) {
+    Value* v = c.m_arena.make(ValueKind::dict, 0);
+    if (ordered) v->s2 = "collections.OrderedDict";
+    return v;
+}
+
+Value* DistView::list() { return c.m_arena.make(ValueKind::list, 0); }
+
+void DistView::set(Value* d, Value* key, Value* v) {
+    c.m_arena.append(d->entries, key);
+    c.m_arena.append(d->entries, v);
+}
+
+void DistView::set(Value* d, std::string_view key, Value* v) { set(d, str(key), v); }
+
+Value* DistView::copy(const Checkpoint& part, const Value* v, DType cast_to) { return copy_value(part, v, cast_to, 0); }
+
+Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_to, int depth) {
+    if (!v) return nullptr;
+    if (v->kind == ValueKind::none) return c.m_arena.none();
+    if (depth > 2000) throw Error(ErrorKind::limit, part.path(), "value tree nested deeper than 2000 levels");
+    Memo& memo = m_memo[&part];
+    if (auto done = memo.values.find(v); done != memo.values.end()) return done->second;
+    Value* n = c.m_arena.make(v->kind, v->offset);
+    memo.values.emplace(v, n);
+    n->how = v->how;
+    n->depth = v->depth;
+    n->i = v->i;
+    if (v->kind == ValueKind::floating || v->kind == ValueKind::complex) n->f = v->f;
+    n->f2 = v->f2;
+    n->s = v->s.empty() ? std::string_view() : c.m_arena.own(v->s);
+    n->s2 = v->s2.empty() ? std::string_view() : c.m_arena.own(v->s2);
+    if (v->kind == ValueKind::tensor || v->kind == ValueKind::storage) {
+        size_t ps = v->kind == ValueKind::tensor ? part.tensors()[v->i].storage : static_cast<size_t>(v->i);
+        const StorageInfo& st = part.storages()[ps];
+        DType to = cast_to != DType::untyped && st.dtype != DType::untyped ? cast_to : st.dtype;
+        auto [it, fresh] = memo.storages.emplace(static_cast<uint64_t>(ps) * 64 + static_cast<uint64_t>(to), c.m_storages.size());
+        if (fresh) {
+            auto rec = part.record_index(st.record);
+            if (!rec || !st.record_present)
+                throw Error(ErrorKind::corrupt, part.path(), "storage " + st.key + " has no record " + st.record);
+            auto off = part.record_file_offset(*rec);
+            if (!off) throw Error(ErrorKind::unsupported, part.path(), "record " + st.record + " is compressed");
+            uint64_t size = part.records()[*rec].size;
+            StorageInfo ns = st;
+            ns.key = std::to_string(c.m_storages.size());
+            ns.record = memo.name + ":" + st.record;
+            ns.record_present = true;
+            ns.dtype = to;
+            ns.storage_class = storage_class_of(to);
+            ns.record_size = to == st.dtype ? size : size / dtype_size(st.dtype) * dtype_size(to);
+            RecordInfo r;
+            r.name = ns.record;
+            r.size = ns.record_size;
+            r.pieces.push_back({&part.record_file(*rec), *off, size, st.dtype, to});
+            c.add_record(std::move(r));
+            c.m_storages.push_back(std::move(ns));
+        }
+        if (v->kind == ValueKind::storage) {
+            n->i = static_cast<int64_t>(it->second);
+            return n;
+        }
+        TensorInfo t = part.tensors()[v->i];
+        t.storage = it->second;
+        if (to != st.dtype) t.dtype = to;
+        n->i = static_cast<int64_t>(c.m_tensors.size());
+        n->s = c.m_arena.own(dtype_name(t.dtype));
+        c.m_tensors.push_back(std::move(t));
+        return n;
+    }
+    for (const Value* x : v->items) c.m_arena.append(n->items, copy_value(part, x, cast_to, depth + 1));
+    for (const Value* x : v->entries) c.m_arena.append(n->entries, copy_value(part, x, cast_to, depth + 1));
+    n->callable = copy_value(part, v->callable, cast_to, depth + 1);
+    n->args = copy_value(part, v->args, cast_to, depth + 1);
+    n->state = copy_value(part, v->state, cast_to, depth + 1);
+    return n;
+}
+
+void DistView::finish(Value* root, const std::string& state_dict_path) {
+    c.m_root_value = root;
+    OpenOptions o = options;
+    if (!o.state_dict_key && !state_dict_path.empty()) o.state_dict_key = state_dict_path;
+    Checkpoint::Builder b{c, o, {}, {}};
+    std::string key;
+    std::unordered_set<const Value*> on_path;
+    b.flatten(root, key, 0, on_path);
+    b.check_storages();
+    b.find_state_dict();
+}
+
+namespace {
+
+bool deepspeed_tag_folder(const std::string& dir) {
+    for (const std::string& n : dist::list_dir(dir))
+        if (text::ends_with(n, "_model_states.pt") || text::ends_with(n, "_optim_states.pt")) return true;
+    return false;
+}
+
+}  // namespace
+
+DistTarget dist_target(const std::string& path) {
+    if (dist::is_dir(path)) {
+        if (dist::is_file(path + "/.metadata")) return {DistKind::dcp, path};
+        if (deepspeed_tag_folder(path)) return {DistKind::deepspeed, path};
+        if (dist::is_file(path + "/latest")) return {DistKind::deepspeed, path};
+        for (const std::string& n : dist::list_dir(path))
+            if (dist::is_dir(path + "/" + n) && deepspeed_tag_folder(path + "/" + n)) return {DistKind::deepspeed, path};
+        return {};
+    }
+    std::string base = text::base_name(path);
+    if (base == ".metadata" || text::ends_with(base, ".distcp")) return {DistKind::dcp, text::parent_dir(path)};
+    return {};
+}
+
+}  // namespace ckpt

@@ -1,0 +1,26 @@
+// Small string helpers the library's files share (one copy each, not one per file).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ckpt::text {
+
+inline bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+inline bool ends_with(std::string_view s, std::string_view p) {
+    return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+// "a/b/c.pt" → "c.pt"; "c.pt" → "c.pt".
+inline std::string base_name(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+// "a/b/c.pt" → "a/b"; "c.pt" → "."; "/c.pt" → "/".
+inline std::string parent_dir(const std::string& path) {
+    size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return path.substr(0, slash);
+}
+
+}  // namespace ckpt::text
