@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <regex>
 #include <unordered_set>
 
 #include "checkpoint_builder.hpp"
@@ -336,7 +337,48 @@ bool deepspeed_tag_folder(const std::string& dir) {
     return false;
 }
 
+bool deepspeed_rank_name(const std::string& base) {
+    static const std::regex rank(R"((bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(optim|model)_states\.pt|mp_rank_\d+_model_states\.pt)");
+    return std::regex_match(base, rank);
+}
+
 }  // namespace
+
+std::string deepspeed_folder_of(const std::string& path) {
+    if (!deepspeed_rank_name(text::base_name(path)) || !dist::is_file(path)) return "";
+    std::string dir = text::parent_dir(path);
+    int ranks = 0;
+    for (const std::string& n : dist::list_dir(dir)) ranks += deepspeed_rank_name(n);
+    return ranks > 1 ? dir : "";  // a lone mp_rank_00_model_states.pt is a whole (ZeRO-0) checkpoint
+}
+
+DistFileHint dist_file_hint(const Checkpoint& c) {
+    size_t flat = 0;
+    std::string first;
+    for (const auto& e : c.entries()) {
+        std::string_view k = e.key;
+        size_t dot = k.rfind('.');
+        std::string_view last = dot == std::string_view::npos ? k : k.substr(dot + 1);
+        if (last == "flat_param" || last == "_flat_param") {
+            if (!flat++) first = e.key;
+        }
+    }
+    if (flat)
+        return {"fsdp_local",
+                "is an FSDP LOCAL_STATE_DICT (" + std::to_string(flat) + " flat parameter" + (flat > 1 ? "s" : "") + ", e.g. " + first +
+                    "): each is this rank's share of many parameters concatenated and padded; which parameters, their shapes "
+                    "and the padding are kept by the wrapped model (FSDP's FlatParameter), not in the file, so it cannot be "
+                    "merged without the model. Save with SHARDED_STATE_DICT (torch.distributed.checkpoint) or FULL_STATE_DICT"};
+    for (const GlobalRef& g : c.globals()) {
+        std::string n = g.full_name();
+        if (n.find("ShardedTensor") != std::string::npos || n == "torch.distributed.tensor.DTensor" ||
+            n == "torch.distributed._tensor.api.DTensor" || n == "torch.distributed.tensor._api.DTensor")
+            return {"fsdp_sharded_rank",
+                    "holds " + n + " values: one rank's SHARDED_STATE_DICT saved with torch.save; each rank's file holds "
+                    "only its shards. Save with torch.distributed.checkpoint (dcp.save) and `ckpt-tool merge` the folder"};
+    }
+    return {};
+}
 
 DistTarget dist_target(const std::string& path) {
     if (dist::is_dir(path)) {

@@ -259,10 +259,17 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
     Value* sd_value = view.dict();
     view.set(root, "module", sd_value);
     Ordered sd;
+    // The module's dtype: its parameters', not its buffers' (BatchNorm's stay float32 and int64).
     std::string module_dtype;
-    for (size_t i = 0; i < module->dict_size(); ++i)
-        if (module->dict_value(i)->kind == ValueKind::tensor && module_dtype.empty())
+    std::set<std::string> buffer_names;
+    if (const Value* b = field(root0, "buffer_names"); b && (b->kind == ValueKind::list || b->kind == ValueKind::tuple))
+        for (const Value* x : b->items)
+            if (auto n = str_of(x)) buffer_names.insert(std::string(*n));
+    for (size_t i = 0; i < module->dict_size() && module_dtype.empty(); ++i) {
+        auto k = str_of(module->dict_key(i));
+        if (module->dict_value(i)->kind == ValueKind::tensor && !(k && buffer_names.count(std::string(*k))))
             module_dtype = std::string(dtype_name(m0->tensors()[module->dict_value(i)->i].dtype));
+    }
 
     auto keep_entries = [&]() {  // the rest of rank 0's module states: step counts, scheduler, client state
         static const std::set<std::string> layout = {"module", "optimizer", "param_shapes", "frozen_param_shapes",
@@ -402,10 +409,6 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
     if (stage != 3) info.module_states = model0;
 
     // Buffers first, as zero_to_fp32 puts them, cast as it casts them (`.float()`).
-    std::set<std::string> buffer_names;
-    if (const Value* b = field(root0, "buffer_names"); b && b->kind == ValueKind::list)
-        for (const Value* n : b->items)
-            if (auto s = str_of(n)) buffer_names.insert(std::string(*s));
     for (size_t i = 0; i < module->dict_size(); ++i) {
         auto k = str_of(module->dict_key(i));
         if (k && buffer_names.count(std::string(*k)) && module->dict_value(i)->kind == ValueKind::tensor)

@@ -7,6 +7,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/optimizer.hpp"
 #include "ckpt/report.hpp"
+#include "dist.hpp"
 #include "huge_pages.hpp"
 
 namespace ckpt {
@@ -137,7 +138,14 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();
 
     for (const OptimizerRef& o : find_optimizers(c.root())) r.optimizers.push_back(summarise(o));
-    add_prefix_hints(c, r);
+    DistFileHint dist_hint = dist_file_hint(c);  // dist.cpp
+    if (dist_hint.kind != "fsdp_local") add_prefix_hints(c, r);  // flat parameters lose nothing by a prefix
+    if (std::string dir = deepspeed_folder_of(c.path()); !dir.empty())
+        r.hints.push_back({"deepspeed_rank_file",
+                           "one rank's file of a DeepSpeed ZeRO checkpoint: `ckpt-tool inspect " + shell_quote(dir) +
+                               "` shows the merged model",
+                           "ckpt-tool merge " + shell_quote(dir) + " -o model.pth"});
+    if (!dist_hint.kind.empty()) r.hints.push_back({dist_hint.kind, "this file " + dist_hint.message, ""});
     if (c.state_dict().kind == StateDictKind::none && !r.tensors.empty())
         r.hints.push_back({"no_state_dict",
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});

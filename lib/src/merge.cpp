@@ -5,6 +5,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
+#include "dist.hpp"
 #include "text_util.hpp"
 
 namespace ckpt {
@@ -39,17 +40,23 @@ MergeReport merge(const MergeRequest& rq) {
     r.input = rq.input;
     r.output = rq.output;
     r.dry_run = rq.dry_run;
-    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, rq.open);
+    // One rank's file of a DeepSpeed folder stands for the folder; what one file of FSDP cannot be
+    // merged into is refused with why.
+    std::string folder = deepspeed_folder_of(rq.input);  // dist.cpp
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(folder.empty() ? rq.input : folder, rq.open);
+    if (!c->dist())
+        if (DistFileHint h = dist_file_hint(*c); !h.kind.empty()) throw Error(ErrorKind::unsupported, rq.input, h.message);
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not merge a damaged checkpoint: " + c->problems().front().message);
     r.dist = c->dist();
     if (r.dist) r.notes = r.dist->notes;
+    if (!folder.empty()) r.notes.insert(r.notes.begin(), rq.input + " is one rank's file: merged its folder " + folder);
     const StateDict& sd = c->state_dict();
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
 
     ConvertRequest cv;
-    cv.input = rq.input;
+    cv.input = folder.empty() ? rq.input : folder;
     cv.output = rq.output;
     cv.open = rq.open;
     cv.dtype = rq.dtype;

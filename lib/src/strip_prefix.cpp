@@ -21,6 +21,7 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/zip_writer.hpp"
+#include "dist.hpp"
 
 namespace ckpt {
 
@@ -386,6 +387,10 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
     if (!rq.in_place && rq.output.empty() && !rq.dry_run)
         throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
+    if (dist_target(rq.input).kind != DistKind::none || !deepspeed_folder_of(rq.input).empty())  // dist.cpp
+        throw Error(ErrorKind::usage, rq.input,
+                    "is (part of) a sharded checkpoint of distributed training: strip-prefix rewrites one file; "
+                    "`ckpt-tool merge` writes the merged state dict with the prefixes stripped (--strip-prefix)");
     if (is_sharded_index(rq.input)) return strip_prefix_sharded(rq, r);
     std::string target = rq.output;
     if (rq.in_place) {

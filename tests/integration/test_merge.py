@@ -124,6 +124,18 @@ def test_deepspeed(s_):
         out = os.path.join(s_.work, name + ".tag.pth")
         merged(s_, tag, out)
         s_.check(os.path.exists(out) and same(load(out), exp), "%s: merge of the tag folder differs" % name)
+        rank = os.path.join(tag, sorted(f for f in os.listdir(tag) if "optim_states" in f)[-1])
+        out = os.path.join(s_.work, name + ".rank.pth")
+        r = merged(s_, rank, out)
+        s_.check(os.path.exists(out) and same(load(out), exp) and "one rank's file" in r.stdout,
+                 "%s: merge of a rank file differs (or says nothing): %s" % (name, r.stdout))
+        r = run(s_, "inspect", rank, "--json")
+        hints = [h["kind"] for h in json.loads(r.stdout)["hints"]] if r.returncode == 0 else []
+        s_.check("deepspeed_rank_file" in hints, "%s: inspect of a rank file: no hint %s %s" % (name, hints, r.stderr))
+        r = run(s_, "inspect", top, "--json")
+        writer = json.loads(r.stdout)["distributed"]["writer"] if r.returncode == 0 else r.stderr
+        want = "module %s," % str(kw.get("module_dtype", torch.float32)).replace("torch.", "")
+        s_.check(want in writer, "%s: writer %r does not say %r (the parameters' dtype, not the buffers')" % (name, writer, want))
     # ZeRO-2 with 4 ranks and a 6-element group: the last rank holds only padding
     top = os.path.join(w, "zero2_padding_rank")
     exp, _ = make_dist.write_deepspeed(top, stage=2, ws=4, groups=[[("a", (2, 3))], [("b", (13,))]])
@@ -167,6 +179,10 @@ def test_deepspeed(s_):
     out = os.path.join(s_.work, "wrapped.pth")
     merged(s_, top, out, "--strip-prefix")
     s_.check(os.path.exists(out) and list(load(out)) == ["enc.w", "head.b"], "--strip-prefix: %s" % (list(load(out)) if os.path.exists(out) else None))
+    for target in (top, os.path.join(top, "global_step1", "mp_rank_00_model_states.pt")):
+        r = run(s_, "strip-prefix", target, "-o", os.path.join(s_.work, "sp.pth"))
+        s_.check(r.returncode == 2 and "merge" in r.stderr and not os.path.exists(os.path.join(s_.work, "sp.pth")),
+                 "strip-prefix of %s: exit %d %r" % (target, r.returncode, r.stderr))
     merged(s_, top, out, "--strip-prefix", "module.", "--force")
     s_.check(os.path.exists(out) and list(load(out)) == ["_orig_mod.enc._fsdp_wrapped_module.w", "head.b"], "--strip-prefix module.")
     # --dtype, --shard-size, --dry-run, --json
@@ -251,6 +267,29 @@ def test_deepspeed_bad(s_):
     top, tag = fresh("latest", stage=2, ws=2)
     open(os.path.join(top, "latest"), "w").write("global_step9")
     bad_folder(s_, "latest names no folder", top, "global_step9")
+
+
+def test_fsdp_files(s_):
+    """Single files of FSDP that are not a model's state dict on their own: refused by merge, with why."""
+    w = os.path.join(s_.work, "fsdp")
+    os.makedirs(w, exist_ok=True)
+    local = os.path.join(w, "local_rank0.pt")  # LOCAL_STATE_DICT's keys (torch 2.x: _flat_param)
+    torch.save(collections.OrderedDict([("_fsdp_wrapped_module._flat_param", torch.randn(40)),
+                                        ("_fsdp_wrapped_module.layer1._fsdp_wrapped_module._flat_param", torch.randn(8))]), local)
+    out = os.path.join(w, "merged.pth")
+    r = run(s_, "merge", local, "-o", out)
+    s_.check(r.returncode == 2 and "LOCAL_STATE_DICT" in r.stderr and local in r.stderr and
+             len(r.stderr.strip().splitlines()) == 1 and not os.path.exists(out),
+             "FSDP local: merge exit %d %r" % (r.returncode, r.stderr))
+    r = run(s_, "inspect", local, "--json")
+    hints = [h["kind"] for h in json.loads(r.stdout)["hints"]] if r.returncode == 0 else []
+    s_.check("fsdp_local" in hints, "FSDP local: inspect hints %s" % hints)
+    # FULL_STATE_DICT is a plain state dict: merge writes it as convert would
+    full = os.path.join(w, "full.pt")
+    sd = collections.OrderedDict([("layer1.weight", torch.randn(3, 2)), ("layer1.bias", torch.randn(3))])
+    torch.save(sd, full)
+    r = run(s_, "merge", full, "-o", out)
+    s_.check(r.returncode == 0 and same(load(out), sd), "FSDP full: merge exit %d %s" % (r.returncode, r.stderr))
 
 
 def test_dcp(s_):
@@ -348,6 +387,7 @@ def main():
     def body(s_, _args):
         test_deepspeed(s_)
         test_deepspeed_bad(s_)
+        test_fsdp_files(s_)
         test_dcp(s_)
         test_corpus(s_)
     return suite_main(body)
