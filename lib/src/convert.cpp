@@ -28,6 +28,7 @@
 #include "ckpt/torch_backend.hpp"
 #include "ckpt/zip.hpp"
 #include "convert_detail.hpp"
+#include "tensor_stats.hpp"
 
 namespace ckpt {
 
@@ -143,6 +144,12 @@ std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const Atomi
 
 SourceHashes::SourceHashes(const Checkpoint& c, ScanOptions options, bool start) : m_checkpoint(c), m_options(std::move(options)) {
     if (!start) return;
+    if (std::any_of(c.records().begin(), c.records().end(), [](const RecordInfo& r) { return !r.pieces.empty(); })) {
+        m_offered = true;
+        for (size_t t = 0; t < c.tensors().size(); ++t)
+            m_tensors_of_record[c.storages()[c.tensors()[t].storage].record].push_back(t);
+        return;
+    }
     ScanOptions o = m_options;
     o.threads = 1;  // the other core is copying
     o.progress = [this](uint64_t, uint64_t) {
@@ -169,8 +176,30 @@ SourceHashes::~SourceHashes() {
 const Fingerprint& SourceHashes::get() {
     if (m_thread.joinable()) m_thread.join();
     if (m_error) std::rethrow_exception(m_error);
-    if (!m_fingerprint) m_fingerprint = fingerprint(m_checkpoint, m_options);
+    if (!m_fingerprint) {
+        ScanOptions o = m_options;
+        if (m_offered)
+            o.known = [this](size_t t, TensorStats& out) {
+                auto it = m_known.find(t);
+                if (it == m_known.end()) return false;
+                out = it->second;
+                return true;
+            };
+        m_fingerprint = fingerprint(m_checkpoint, o);
+    }
     return *m_fingerprint;
+}
+
+void SourceHashes::offer(size_t record, ByteView bytes) {
+    if (!m_offered || m_fingerprint) return;
+    const RecordInfo& rec = m_checkpoint.records()[record];
+    auto it = m_tensors_of_record.find(rec.name);
+    if (it == m_tensors_of_record.end() || bytes.size != rec.size) return;
+    for (size_t t : it->second) {
+        const TensorInfo& ti = m_checkpoint.tensors()[t];
+        if (ti.numel && static_cast<uint64_t>(ti.storage_offset) + ti.extent > rec.size / dtype_size(ti.dtype)) continue;  // get() reports it
+        m_known[t] = stats_over(ti.dtype, bytes.data, &ti, ti.numel, nullptr, m_options.hash_only);
+    }
 }
 
 // The output opened again by the same checking readers as any input, and every tensor's content
@@ -411,12 +440,14 @@ ConvertReport convert(const ConvertRequest& rq) {
             };
             if (to != t.dtype) {
                 RecordData data = c->record_data(record);
+                source.offer(record, data.view());
                 cast_bytes(t, data.view(), to, sink);
             } else if (t.contiguous() && in_file) {  // the kernel copies it
                 copy_range(c->record_file(record).fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), pos,
                            t.nbytes(), paths[n]);
             } else {
                 RecordData data = c->record_data(record);
+                source.offer(record, data.view());
                 for_each_logical_bytes(t, data.view(), sink);
             }
             writeback.written_up_to(base + p.end);

@@ -43,7 +43,7 @@ DType storage_dtype(const Checkpoint& c, const ConvertRequest& rq, size_t s, DTy
 using MakePickle = std::function<std::string(const std::vector<PickledTensor>&)>;
 
 uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::string& path, const std::vector<Item>& items,
-                   AtomicFile& out, ConvertReport& r, uint64_t& done, uint64_t total,
+                   AtomicFile& out, ConvertReport& r, uint64_t& done, uint64_t total, SourceHashes& source,
                    const MakePickle& make_pickle = state_dict_pickle) {
     std::string base = base_name(path);
     std::string root = base.substr(0, base.rfind('.') == std::string::npos || base.rfind('.') == 0 ? base.size() : base.rfind('.'));
@@ -74,6 +74,7 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
         DType from = storage_dtype(c, rq, storages[i], DType::untyped, untyped_as);
         if (out_dtype(rq, from) != from) {  // the whole storage cast: every view of it stays a view
             RecordData data = c.record_data(record);
+            source.offer(record, data.view());
             std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), out_dtype(rq, from));
             ByteView cv{cast.data(), cast.size()};
             w.add(name, cv, crc32_of(cv));
@@ -85,7 +86,8 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
             w.add_copy(name, c.record_file(record).fd(), *at, rec.size, rec.crc32);
             continue;
         }
-        RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
+        RecordData data = c.record_data(record);  // safetensors, DEFLATE or merged: the CRC reads it once
+        source.offer(record, data.view());
         uint32_t crc = rec.has_crc ? rec.crc32 : 0;
         if (!rec.has_crc) {  // in 64 MiB windows, each released when done: bounded resident memory
             const MappedFile& file = c.record_file(record);
@@ -159,7 +161,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     SourceHashes source(c, hashes, rq.verify);
     for (size_t n = 0; n < count; ++n) {
         files.push_back(std::make_unique<AtomicFile>(paths[n]));
-        r.bytes_written += write_one(c, rq, paths[n], shards[n], *files.back(), r, done, total);
+        r.bytes_written += write_one(c, rq, paths[n], shards[n], *files.back(), r, done, total, source);
         files.back()->start_sync();  // the disk writes while the output is read back
         ConvertRequest shard_rq = rq;
         shard_rq.output = paths[n];
@@ -340,7 +342,7 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
     SourceHashes source(c, hashes, rq.verify);
     AtomicFile out(rq.output);
     std::vector<std::string> skipped;
-    r.bytes_written = write_one(c, rq, rq.output, items, out, r, done, total, [&](const std::vector<PickledTensor>& pickled) {
+    r.bytes_written = write_one(c, rq, rq.output, items, out, r, done, total, source, [&](const std::vector<PickledTensor>& pickled) {
         return tree_pickle(
             top, [&](size_t t) -> const PickledTensor& { return pickled.at(item_of_tensor.at(t)); }, sd.value,
             [&](const std::string& k) { return written_name(rq, k); }, skipped);

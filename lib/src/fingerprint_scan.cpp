@@ -121,6 +121,7 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
         if (slot_of_tensor.count(s.tensor) || !readable(s.tensor)) continue;
         slot_of_tensor.emplace(s.tensor, slots.size());
         slots.emplace_back();
+        if (o.known && o.known(s.tensor, slots.back())) continue;
         WorkItem& w = items[item_of_storage.at(tensors[s.tensor].storage)];
         w.tensors.push_back(s.tensor);
         w.bytes += tensors[s.tensor].nbytes();

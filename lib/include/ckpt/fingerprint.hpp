@@ -63,6 +63,9 @@ struct ScanOptions {
     bool check_crc = false;               // CRC-32 of every record, in the same pass
     bool hash_only = false;               // content hashes alone, no statistics (a writer's read-back)
     unsigned threads = 0;                 // 0: one per core
+    // Statistics the caller already holds for a tensor (by index; a writer that hashed the bytes it
+    // wrote): when it returns true with `out` filled, that tensor is not read again.
+    std::function<bool(size_t tensor, TensorStats& out)> known;
     // Called now and then from the workers (under a lock) with bytes done and bytes in all.
     std::function<void(uint64_t, uint64_t)> progress;
 };

@@ -33,11 +33,14 @@ public:
         : m_owned(std::make_shared<std::vector<uint8_t>>(std::move(owned))) {
         m_view = {m_owned->data(), m_owned->size()};
     }
+    // Bytes in a buffer that `keep` keeps alive (a merged record, gathered into a reused buffer).
+    RecordData(std::shared_ptr<const void> keep, ByteView view) : m_keep(std::move(keep)), m_view(view) {}
     ByteView view() const { return m_view; }
-    bool owned() const { return m_owned != nullptr; }
+    bool owned() const { return m_owned != nullptr || m_keep != nullptr; }
 
 private:
     std::shared_ptr<std::vector<uint8_t>> m_owned;
+    std::shared_ptr<const void> m_keep;
     ByteView m_view;
 };
 
