@@ -242,7 +242,9 @@ void Checkpoint::Builder::read_torch_zip() {
     c.m_zip = std::make_unique<ZipArchive>(std::move(zip));
     const auto& entries = c.m_zip->entries();
     c.m_records.reserve(entries.size());
-    for (const auto& e : entries) c.add_record({e.name, e.size, true, e.crc32, {}});
+    // A CRC-32 of 0 on a record that is not empty is torch 2.x saying it wrote none
+    // (set_crc32_options(False), or skip_data()'s storages), not a checksum: the record is unchecked.
+    for (const auto& e : entries) c.add_record({e.name, e.size, e.crc32 != 0 || e.size == 0, e.crc32, {}});
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     const std::string& first = entries.front().name;
     size_t slash = first.find('/');

@@ -12,7 +12,7 @@ struct DTypeInfo {
     std::string_view storage_class;  // legacy typed storage class, "" if none
     bool floating;
 };
-constexpr std::array<DTypeInfo, 24> k_dtypes{{
+constexpr std::array<DTypeInfo, 26> k_dtypes{{
     {DType::float32, "float32", 4, "FloatStorage", true},
     {DType::float64, "float64", 8, "DoubleStorage", true},
     {DType::float16, "float16", 2, "HalfStorage", true},
@@ -36,6 +36,8 @@ constexpr std::array<DTypeInfo, 24> k_dtypes{{
     {DType::uint16, "uint16", 2, "", false},
     {DType::uint32, "uint32", 4, "", false},
     {DType::uint64, "uint64", 8, "", false},
+    {DType::float8_e4m3fnuz, "float8_e4m3fnuz", 1, "", true},
+    {DType::float8_e5m2fnuz, "float8_e5m2fnuz", 1, "", true},
     {DType::untyped, "untyped", 1, "UntypedStorage", false},
 }};
 

@@ -60,6 +60,16 @@ double e4m3_to_double(uint8_t b) {
     return sign ? -v : v;
 }
 
+// The fnuz float8s (torch.float8_e4m3fnuz, float8_e5m2fnuz): exponent bias one more than their
+// OCP cousins' (8, 16), no infinities and no negative zero: 0x80 is the one NaN.
+double fnuz_to_double(uint8_t b, int man_bits, int bias) {
+    if (b == 0x80) return std::numeric_limits<double>::quiet_NaN();
+    uint32_t sign = b >> 7, exp = (b & 0x7f) >> man_bits, man = b & ((1u << man_bits) - 1);
+    double v = exp == 0 ? std::ldexp(static_cast<double>(man), 1 - bias - man_bits)
+                        : std::ldexp(static_cast<double>(man + (1u << man_bits)), static_cast<int>(exp) - bias - man_bits);
+    return sign ? -v : v;
+}
+
 template <class T>
 T load(const uint8_t* p) {
     T v;
@@ -121,6 +131,16 @@ size_t decode_e4m3(const uint8_t* p, size_t n, double* out) {
     for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
     return n;
 }
+template <int ManBits, int Bias>
+size_t decode_fnuz(const uint8_t* p, size_t n, double* out) {
+    static const auto table = [] {
+        std::array<double, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i) t[i] = fnuz_to_double(static_cast<uint8_t>(i), ManBits, Bias);
+        return t;
+    }();
+    for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
+    return n;
+}
 // Complex elements are (re, im) pairs: 2n parts in a row, as torch.view_as_real lays them out.
 template <Decoder Part>
 size_t decode_complex(const uint8_t* p, size_t n, double* out) {
@@ -135,6 +155,8 @@ Decoder decoder_for(DType d) {
         case DType::bfloat16: return decode_bf16;
         case DType::float8_e5m2: return decode_e5m2;
         case DType::float8_e4m3fn: return decode_e4m3;
+        case DType::float8_e4m3fnuz: return decode_fnuz<3, 8>;
+        case DType::float8_e5m2fnuz: return decode_fnuz<2, 16>;
         case DType::complex32: return decode_complex<decode_half>;
         case DType::complex64: return decode_complex<decode_float32>;
         case DType::complex128: return decode_complex<decode_as<double>>;

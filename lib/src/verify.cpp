@@ -86,6 +86,7 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
         if (!view) throw Error(ErrorKind::corrupt, f->path(), "is shorter than the archive at byte " + std::to_string(a.offset) + " needs: truncated?");
         ZipArchive zip = ZipArchive::open(*view);
         for (const ZipEntry& e : zip.entries()) {
+            if (e.crc32 == 0 && e.size) continue;  // written without a CRC-32 (torch 2.x): nothing to check
             uint32_t got = zip.compute_crc32(e);
             ++records;
             bytes += e.size;
@@ -285,48 +286,95 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             continue;
         params.push_back({e.name, &t});
     }
+    // The shape a parameter's state says it has (its first state tensor that is not a scalar).
+    auto state_shape = [&](const Value* fields) -> const std::vector<int64_t>* {
+        if (!fields || fields->kind != ValueKind::dict) return nullptr;
+        for (size_t k = 0; k < fields->dict_size(); ++k) {
+            const Value* v = fields->dict_value(k);
+            if (v->kind != ValueKind::tensor) continue;
+            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
+            if (!t.shape.empty() && t.numel > 1) return &t.shape;  // step counters and other scalars are not
+        }
+        return nullptr;
+    };
     for (const OptimizerRef& o : find_optimizers(c.root())) {
-        std::vector<int64_t> ids;
+        // The "state dict" found inside the optimizer itself (a file that holds only an optimizer)
+        // is no model to fit it to.
+        if (o.key.empty() || sd.path == o.key || text::starts_with(sd.path, o.key + ".")) continue;
+        std::vector<std::vector<int64_t>> groups;  // each group's parameter ids, in its order
+        size_t count = 0;
         for (const Value* g : o.param_groups()->items) {
             const Value* p = g->kind == ValueKind::dict ? g->get("params") : nullptr;
             if (!p) continue;
+            groups.emplace_back();
             for (const Value* id : p->items)
-                if (id->kind == ValueKind::integer) ids.push_back(id->i);
+                if (id->kind == ValueKind::integer) groups.back().push_back(id->i), ++count;
         }
         std::string where = o.key.empty() ? "the optimizer" : "optimizer '" + o.key + "'";
-        if (ids.size() > params.size()) {
+        const Value* state = o.state();
+        if (!count) {
+            // Keyed by parameter name (torch.distributed.checkpoint's, FSDP's optim_state_dict):
+            // each state whose name the state dict has must have that parameter's shape.
+            std::unordered_map<std::string, const TensorInfo*> by_name(params.begin(), params.end());
+            for (size_t i = 0; i < state->dict_size(); ++i) {
+                if (state->dict_key(i)->kind != ValueKind::string) continue;
+                auto p = by_name.find(std::string(state->dict_key(i)->s));
+                const std::vector<int64_t>* shape = state_shape(state->dict_value(i));
+                if (p != by_name.end() && shape && *shape != p->second->shape)
+                    out.push_back({"optimizer_mismatch", o.key,
+                                   where + ": the state of " + p->first + " is " + shape_text(*shape) + ", the parameter is " +
+                                       shape_text(p->second->shape)});
+            }
+            continue;
+        }
+        if (count > params.size()) {
             out.push_back({"optimizer_mismatch", o.key,
-                           where + " has " + std::to_string(ids.size()) + " parameters, the state dict " +
+                           where + " has " + std::to_string(count) + " parameters, the state dict " +
                                std::to_string(params.size()) + ": it belongs to another model"});
             continue;
         }
-        if (ids.size() < params.size()) continue;  // frozen parameters are left out: no order to check
-        std::unordered_map<int64_t, size_t> position;
-        for (size_t i = 0; i < ids.size(); ++i) position.emplace(ids[i], i);
-        const Value* state = o.state();
+        std::unordered_map<int64_t, const Value*> state_of;
         for (size_t i = 0; i < state->dict_size(); ++i) {
             const Value* id = state->dict_key(i);
-            const Value* fields = state->dict_value(i);
-            auto pos = id->kind == ValueKind::integer ? position.find(id->i) : position.end();
-            if (pos == position.end()) {
-                out.push_back({"optimizer_mismatch", o.key,
-                               where + " holds state for parameter " + repr(id) + ", which no param group lists"});
+            bool listed = id->kind == ValueKind::integer &&
+                          std::any_of(groups.begin(), groups.end(), [&](const auto& g) { return std::find(g.begin(), g.end(), id->i) != g.end(); });
+            if (!listed) {
+                out.push_back({"optimizer_mismatch", o.key, where + " holds state for parameter " + repr(id) + ", which no param group lists"});
                 continue;
             }
-            const auto& [name, param] = params[pos->second];
-            if (fields->kind != ValueKind::dict) continue;
-            for (size_t k = 0; k < fields->dict_size(); ++k) {
-                const Value* v = fields->dict_value(k);
-                if (v->kind != ValueKind::tensor) continue;
-                const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
-                if (t.shape.empty() || t.numel <= 1) continue;  // step counters and other scalars
-                if (t.shape != param->shape) {
+            state_of.emplace(id->i, state->dict_value(i));
+        }
+        if (groups.size() == 1 && count == params.size()) {
+            // One group over all of them: torch numbers the parameters in model order.
+            for (size_t i = 0; i < groups[0].size(); ++i) {
+                auto st = state_of.find(groups[0][i]);
+                const std::vector<int64_t>* shape = st == state_of.end() ? nullptr : state_shape(st->second);
+                if (shape && *shape != params[i].second->shape) {
                     out.push_back({"optimizer_mismatch", o.key,
-                                   where + ": " + key_part(fields->dict_key(k)) + " of parameter " + repr(id) +
-                                       " is " + shape_text(t.shape) + ", but parameter " + std::to_string(pos->second) +
-                                       " of the state dict (" + name + ") is " + shape_text(param->shape)});
+                                   where + ": the state of parameter " + std::to_string(groups[0][i]) + " is " + shape_text(*shape) +
+                                       ", but parameter " + std::to_string(i) + " of the state dict (" + params[i].first + ") is " +
+                                       shape_text(params[i].second->shape)});
                     break;
                 }
+            }
+            continue;
+        }
+        // Several groups (weight decay and none, the split of Hugging Face's trainers) or frozen
+        // parameters left out: each group lists its parameters in model order, a subsequence of the
+        // state dict's, which the earliest match finds when there is one.
+        for (size_t g = 0; g < groups.size(); ++g) {
+            size_t at = 0;
+            for (int64_t id : groups[g]) {
+                auto st = state_of.find(id);
+                const std::vector<int64_t>* shape = st == state_of.end() ? nullptr : state_shape(st->second);
+                while (at < params.size() && shape && *shape != params[at].second->shape) ++at;
+                if (at == params.size()) {
+                    out.push_back({"optimizer_mismatch", o.key,
+                                   where + ": param group " + std::to_string(g) + " has state for parameter " + std::to_string(id) + " of " +
+                                       shape_text(*shape) + ", which no parameter of the state dict after those before it has"});
+                    break;
+                }
+                ++at;
             }
         }
     }
@@ -354,7 +402,10 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     so.progress = o.progress;
     Fingerprint fp = fingerprint(c, so);
     rep.records_checked = fp.records.size();
-    for (const RecordInfo& e : c.records()) rep.bytes_read += e.size;
+    for (const RecordInfo& e : c.records()) {
+        rep.bytes_read += e.size;
+        rep.records_without_crc += (c.format() == Format::torch_zip || c.format() == Format::torchscript) && !e.has_crc && e.size;
+    }
 
     integrity_findings(c, fp, *o.policy, rep.findings);
     if (c.dist()) dist_findings(c, rep.findings, rep.records_checked, rep.bytes_read);
@@ -389,6 +440,7 @@ nlohmann::json to_json(const VerifyReport& r) {
     j["options"] = {{"rtol", r.options.rtol}, {"atol", r.options.atol}, {"exact", r.options.exact},
                     {"scope", r.options.all ? "all" : "state_dict"}};
     j["records_checked"] = r.records_checked;
+    j["records_without_crc"] = r.records_without_crc;
     j["bytes_read"] = r.bytes_read;
     nlohmann::json findings = nlohmann::json::array();
     for (const auto& f : r.findings) {
@@ -428,6 +480,7 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     out << " — " << compared << " tensors, ";
     if (r.records_checked) out << r.records_checked << " records (CRC-32), ";
     else out << "no CRC-32 in this format, ";
+    if (r.records_without_crc) out << r.records_without_crc << " without one, ";
     out << human_bytes(r.bytes_read) << " read";
     if (r.reference)
         out << "; " << (r.options.exact ? std::string("exact content") : "rtol " + repr_float(r.options.rtol) + ", atol " + repr_float(r.options.atol));

@@ -291,10 +291,42 @@ def test_torchscript_and_optimizer(s):
     rc, j = run_json(s, "verify", s.path("train_twin.pth"))
     mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
     s.check(rc == 1 and mism and "3.weight" in mism[0]["message"], "optimizer of another model: exit %d %s" % (rc, mism))
-    # Fewer optimizer parameters than the model has (4 of 8): frozen layers are legal, no finding.
+    # Fewer optimizer parameters than the model has: frozen layers (the first conv and its BN left
+    # out) are legal, no finding; another model's 4 parameters, whose shapes are not the model's in
+    # order, are a finding.
+    trainable = [p for n, p in model.named_parameters() if not n.startswith(("0.", "1."))]
+    opt_frozen = torch.optim.Adam(trainable)
+    opt_frozen.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_frozen.state_dict()}, s.path("train_frozen.pth"))
+    rc, j = run_json(s, "verify", s.path("train_frozen.pth"))
+    s.check(rc == 0, "optimizer without the frozen layers: exit %d %s" % (rc, j.get("findings")))
     torch.save({"model": model.state_dict(), "optimizer": opt_other.state_dict()}, s.path("train_fewer.pth"))
     rc, j = run_json(s, "verify", s.path("train_fewer.pth"))
-    s.check(rc == 0, "optimizer over fewer parameters: exit %d %s" % (rc, j.get("findings")))
+    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    s.check(rc == 1 and mism and "16×8" in mism[0]["message"], "another model's smaller optimizer: exit %d %s" % (rc, mism))
+    # Hugging Face's split: weights with decay in group 0, biases and norms without in group 1, each
+    # in model order. torch numbers group 0's first, so state 1 is not the model's parameter 1.
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
+    no_decay = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    opt_split = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}])
+    opt_split.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_split.state_dict()}, s.path("train_split.pth"))
+    rc, j = run_json(s, "verify", s.path("train_split.pth"))
+    s.check(rc == 0, "decay / no-decay param groups: exit %d %s" % (rc, j.get("findings")))
+    twin_decay = [p for n, p in twin.named_parameters() if n.endswith("weight") and p.dim() > 1]
+    twin_rest = [p for n, p in twin.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    opt_twin_split = torch.optim.AdamW([{"params": twin_decay}, {"params": twin_rest, "weight_decay": 0.0}])
+    for p in twin.parameters():
+        p.grad = torch.ones_like(p)
+    opt_twin_split.step()
+    torch.save({"model": model.state_dict(), "optimizer": opt_twin_split.state_dict()}, s.path("train_split_twin.pth"))
+    rc, j = run_json(s, "verify", s.path("train_split_twin.pth"))
+    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    s.check(rc == 1 and mism and "param group" in mism[0]["message"], "another model's split optimizer: exit %d %s" % (rc, mism))
+    # A file holding only an optimizer's state dict: nothing to fit it to, no finding.
+    torch.save(opt_split.state_dict(), s.path("optimizer_only.pth"))
+    rc, j = run_json(s, "verify", s.path("optimizer_only.pth"))
+    s.check(rc == 0, "a bare optimizer state dict: exit %d %s" % (rc, j.get("findings")))
     # More optimizer parameters than the model has: it belongs to another model.
     bigger = nn.Sequential(net(5), nn.Linear(25, 2))
     opt_big = torch.optim.SGD(bigger.parameters(), lr=0.1, momentum=0.9)

@@ -14,6 +14,7 @@ enum class DType : uint8_t {
     qint8, quint8, qint32, quint4x2, quint2x4,
     float8_e4m3fn, float8_e5m2,
     uint16, uint32, uint64,
+    float8_e4m3fnuz, float8_e5m2fnuz,  // torch 2.1's AMD float8s: no infinities, no -0, NaN is 0x80
     untyped,  // torch.UntypedStorage before _rebuild_tensor_v3 says what the bytes are
 };
 

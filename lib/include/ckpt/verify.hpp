@@ -64,6 +64,7 @@ struct VerifyReport {
     std::vector<Finding> findings;       // integrity first, then drift worst first
     std::vector<TensorVerdict> tensors;  // file order; missing ones (reference only) at the end
     size_t records_checked = 0;
+    size_t records_without_crc = 0;  // zip records whose CRC-32 is 0: written without one (torch 2.x)
     uint64_t bytes_read = 0;
     bool ok() const { return findings.empty(); }
 };
