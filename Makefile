@@ -4,7 +4,7 @@ JOBS ?= 2
 PY := /usr/bin/python3
 DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
 
-.PHONY: all deps build test demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
+.PHONY: all deps build test test-torch2 torch2-root demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
 all: build
 
@@ -26,6 +26,21 @@ build:
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# `make test-torch2`: real torch 2.6 on both ends (tests/torch2/test_torch2.py). The Debian 13 root
+# with python3-torch 2.6 is made once (~1.6 GiB, some minutes) and kept in TORCH2_ROOT.
+TORCH2_ROOT ?= /var/cache/ckpt-tool/trixie
+
+torch2-root:
+	@if [ ! -e $(TORCH2_ROOT)/.ready ]; then \
+	  $(MAKE) --no-print-directory deps DEBS=debootstrap && rm -rf $(TORCH2_ROOT).tmp && mkdir -p $(dir $(TORCH2_ROOT)) && \
+	  debootstrap --variant=minbase trixie $(TORCH2_ROOT).tmp http://deb.debian.org/debian && \
+	  chroot $(TORCH2_ROOT).tmp apt-get install -y -qq --no-install-recommends python3-torch python3-numpy && \
+	  touch $(TORCH2_ROOT).tmp/.ready && rm -rf $(TORCH2_ROOT) && mv $(TORCH2_ROOT).tmp $(TORCH2_ROOT); \
+	fi
+
+test-torch2: deps build torch2-root
+	$(PY) tests/torch2/test_torch2.py --tool $(BUILD)/ckpt-tool --root $(TORCH2_ROOT)
 
 # The main job on the shipped samples: what is inside, why it will not load into a plain model, the
 # repair. (diff-keys exits 1 when keys differ: that is the expected finding here.)

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""`make test-torch2`: real torch 2.6 on both ends. In the Debian 13 root ROOT (python3-torch 2.6,
+Python 3.13, numpy 2; made and cached by the Makefile), in_root.py writes the fixtures with
+torch.save and torch.distributed.checkpoint.save; ckpt-tool, built here, verifies each, repairs and
+converts them (strip-prefix, convert, merge); in_root.py then loads every output with torch 2.6's
+weights_only=True and compares it with its input, bit for bit, the rest of the object kept, the
+model's state dict accepted by load_state_dict(strict=True).
+
+Usage: test_torch2.py --tool PATH --root ROOT"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--root", required=True)
+    args = ap.parse_args()
+    tool = os.path.abspath(args.tool)
+    inside = "/ckpt-tool-torch2"
+    work = args.root + inside
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    shutil.copy(os.path.join(HERE, "in_root.py"), work)
+
+    def in_root(*argv):
+        r = subprocess.run(["chroot", args.root, "python3", inside + "/in_root.py"] + list(argv),
+                           capture_output=True, text=True, timeout=900)
+        return r.returncode, [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")], r.stderr
+
+    rc, out, err = in_root("write", inside + "/f")
+    if rc != 0:
+        sys.exit("writing the torch 2.6 fixtures failed: %s" % err[-2000:])
+    print("fixtures: %s" % out[0])
+    d = work + "/f"
+    failures = []
+
+    def tool_run(*argv, want=0):
+        r = subprocess.run([tool] + list(argv), capture_output=True, text=True, timeout=300)
+        if r.returncode != want:
+            failures.append("%s: exit %d, expected %d: %s%s" % (" ".join(argv), r.returncode, want, r.stdout[-600:], r.stderr[-600:]))
+        return r
+
+    for name in ("ddp.pt", "compiled.pt", "train_ddp.pt", "fp8.pt", "nocrc_ddp.pt", "proto5_ddp.pt", "dcp"):
+        tool_run("verify", os.path.join(d, name))
+        tool_run("inspect", "--json", os.path.join(d, name))
+    checks = []
+    for name, prefix, path in (("ddp.pt", "module.", ""), ("compiled.pt", "_orig_mod.", ""), ("train_ddp.pt", "module.", "model"),
+                               ("nocrc_ddp.pt", "module.", ""), ("proto5_ddp.pt", "module.", "")):
+        outname = name.replace(".pt", ".plain.pt")
+        tool_run("strip-prefix", os.path.join(d, name), "-o", os.path.join(d, outname))
+        checks.append({"output": outname, "input": name, "expect": "strip:" + prefix, "path": path, "strict": path or "."})
+    tool_run("convert", os.path.join(d, "fp8.pt"), "-o", os.path.join(d, "fp8.conv.pt"))
+    checks.append({"output": "fp8.conv.pt", "input": "fp8.pt", "expect": "same"})
+    tool_run("convert", os.path.join(d, "compiled.pt"), "-o", os.path.join(d, "compiled.safetensors"))
+    tool_run("convert", os.path.join(d, "compiled.safetensors"), "-o", os.path.join(d, "compiled.st.pt"))
+    checks.append({"output": "compiled.st.pt", "input": "compiled.pt", "expect": "same", "unordered": True})
+    tool_run("convert", os.path.join(d, "train_ddp.pt"), "-o", os.path.join(d, "train_ddp.conv.pt"))
+    checks.append({"output": "train_ddp.conv.pt", "input": "train_ddp.pt", "expect": "same"})
+    tool_run("merge", os.path.join(d, "dcp"), "-o", os.path.join(d, "dcp.merged.pt"))
+    checks.append({"output": "dcp.merged.pt", "input": "dcp", "expect": "dcp"})
+    with open(os.path.join(d, "checks.json"), "w") as f:
+        json.dump(checks, f)
+    rc, out, err = in_root("check", inside + "/f")
+    for r in out:
+        print("%-22s %s%s %s" % (r["output"], "ok" if r["ok"] else "DIFFERS", " (weights_only=True)" if r.get("weights_only") else "",
+                                 r.get("differences") or r.get("error") or ""))
+        if not r["ok"]:
+            failures.append("%s: %s" % (r["output"], r.get("differences") or r.get("error")))
+    if rc != 0 and not failures:
+        failures.append("check in the root failed: %s" % err[-2000:])
+    if len(out) != len(checks):
+        failures.append("%d of %d outputs checked: %s" % (len(out), len(checks), err[-2000:]))
+    for f in failures:
+        print("FAIL: " + f)
+    print("%d outputs loaded back by torch 2.6, %d failures" % (len(out), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
