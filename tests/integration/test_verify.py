@@ -246,6 +246,30 @@ def test_integrity_and_drift(s):
     s.check(rc == 1 and [f["key"] for f in j["findings"]] == ["1.running_mean"], "differing ranks: exit %d %s" % (rc, j.get("findings")))
 
 
+def stepped(params):
+    """An Adam over `params` (or AdamW param groups) after one step with all-ones gradients."""
+    opt = torch.optim.AdamW(params) if params and isinstance(params[0], dict) else torch.optim.Adam(params)
+    for group in opt.param_groups:
+        for p in group["params"]:
+            p.grad = torch.ones_like(p)
+    opt.step()
+    return opt
+
+
+def optimizer_verdict(s, name, obj):
+    """verify of torch.save(obj): exit code, the JSON, its optimizer_mismatch findings."""
+    torch.save(obj, s.path(name))
+    rc, j = run_json(s, "verify", s.path(name))
+    return rc, j, [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+
+
+def decay_split(model):
+    """Hugging Face's param groups: matrices with weight decay, the rest (biases, norms) without."""
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    return [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
+
+
 def test_torchscript_and_optimizer(s):
     m = net(3)
     torch.jit.save(torch.jit.script(m), s.path("model.ts.pt"))
@@ -283,49 +307,26 @@ def test_torchscript_and_optimizer(s):
     # Same parameter count, other shapes: 4 params of `other` vs the 8 of `model` would be a count
     # mismatch; give it a model with the same number of parameters and other shapes.
     twin = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8, 30), nn.Linear(30, 25))
-    opt_twin = torch.optim.Adam(twin.parameters())
-    for p in twin.parameters():
-        p.grad = torch.ones_like(p)
-    opt_twin.step()
-    torch.save({"model": model.state_dict(), "optimizer": opt_twin.state_dict()}, s.path("train_twin.pth"))
-    rc, j = run_json(s, "verify", s.path("train_twin.pth"))
-    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    sd = model.state_dict()
+    rc, j, mism = optimizer_verdict(s, "train_twin.pth", {"model": sd, "optimizer": stepped(list(twin.parameters())).state_dict()})
     s.check(rc == 1 and mism and "3.weight" in mism[0]["message"], "optimizer of another model: exit %d %s" % (rc, mism))
     # Fewer optimizer parameters than the model has: frozen layers (the first conv and its BN left
     # out) are legal, no finding; another model's 4 parameters, whose shapes are not the model's in
     # order, are a finding.
     trainable = [p for n, p in model.named_parameters() if not n.startswith(("0.", "1."))]
-    opt_frozen = torch.optim.Adam(trainable)
-    opt_frozen.step()
-    torch.save({"model": model.state_dict(), "optimizer": opt_frozen.state_dict()}, s.path("train_frozen.pth"))
-    rc, j = run_json(s, "verify", s.path("train_frozen.pth"))
+    rc, j, mism = optimizer_verdict(s, "train_frozen.pth", {"model": sd, "optimizer": stepped(trainable).state_dict()})
     s.check(rc == 0, "optimizer without the frozen layers: exit %d %s" % (rc, j.get("findings")))
-    torch.save({"model": model.state_dict(), "optimizer": opt_other.state_dict()}, s.path("train_fewer.pth"))
-    rc, j = run_json(s, "verify", s.path("train_fewer.pth"))
-    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    rc, j, mism = optimizer_verdict(s, "train_fewer.pth", {"model": sd, "optimizer": opt_other.state_dict()})
     s.check(rc == 1 and mism and "16×8" in mism[0]["message"], "another model's smaller optimizer: exit %d %s" % (rc, mism))
-    # Hugging Face's split: weights with decay in group 0, biases and norms without in group 1, each
-    # in model order. torch numbers group 0's first, so state 1 is not the model's parameter 1.
-    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
-    no_decay = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
-    opt_split = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}])
-    opt_split.step()
-    torch.save({"model": model.state_dict(), "optimizer": opt_split.state_dict()}, s.path("train_split.pth"))
-    rc, j = run_json(s, "verify", s.path("train_split.pth"))
+    # Hugging Face's split, each group in model order. torch numbers group 0's first, so state 1 is
+    # not the model's parameter 1.
+    opt_split = stepped(decay_split(model))
+    rc, j, mism = optimizer_verdict(s, "train_split.pth", {"model": sd, "optimizer": opt_split.state_dict()})
     s.check(rc == 0, "decay / no-decay param groups: exit %d %s" % (rc, j.get("findings")))
-    twin_decay = [p for n, p in twin.named_parameters() if n.endswith("weight") and p.dim() > 1]
-    twin_rest = [p for n, p in twin.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
-    opt_twin_split = torch.optim.AdamW([{"params": twin_decay}, {"params": twin_rest, "weight_decay": 0.0}])
-    for p in twin.parameters():
-        p.grad = torch.ones_like(p)
-    opt_twin_split.step()
-    torch.save({"model": model.state_dict(), "optimizer": opt_twin_split.state_dict()}, s.path("train_split_twin.pth"))
-    rc, j = run_json(s, "verify", s.path("train_split_twin.pth"))
-    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    rc, j, mism = optimizer_verdict(s, "train_split_twin.pth", {"model": sd, "optimizer": stepped(decay_split(twin)).state_dict()})
     s.check(rc == 1 and mism and "param group" in mism[0]["message"], "another model's split optimizer: exit %d %s" % (rc, mism))
     # A file holding only an optimizer's state dict: nothing to fit it to, no finding.
-    torch.save(opt_split.state_dict(), s.path("optimizer_only.pth"))
-    rc, j = run_json(s, "verify", s.path("optimizer_only.pth"))
+    rc, j, mism = optimizer_verdict(s, "optimizer_only.pth", opt_split.state_dict())
     s.check(rc == 0, "a bare optimizer state dict: exit %d %s" % (rc, j.get("findings")))
     # More optimizer parameters than the model has: it belongs to another model.
     bigger = nn.Sequential(net(5), nn.Linear(25, 2))
@@ -333,11 +334,8 @@ def test_torchscript_and_optimizer(s):
     for p in bigger.parameters():
         p.grad = torch.ones_like(p)
     opt_big.step()
-    torch.save({"model": model.state_dict(), "optimizer": opt_big.state_dict()}, s.path("train_more.pth"))
-    rc, j = run_json(s, "verify", s.path("train_more.pth"))
-    mism = [f for f in j.get("findings", []) if f["kind"] == "optimizer_mismatch"]
+    rc, j, mism = optimizer_verdict(s, "train_more.pth", {"model": sd, "optimizer": opt_big.state_dict()})
     s.check(rc == 1 and len(mism) == 1 and "10 parameters" in mism[0]["message"], "optimizer with more params: %s" % mism)
-
 
 ST_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
              torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
