@@ -310,7 +310,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             for (const Value* id : p->items)
                 if (id->kind == ValueKind::integer) groups.back().push_back(id->i), ++count;
         }
-        std::string where = o.key.empty() ? "the optimizer" : "optimizer '" + o.key + "'";
+        std::string where = "optimizer '" + o.key + "'";
         const Value* state = o.state();
         if (!count) {
             // Keyed by parameter name (torch.distributed.checkpoint's, FSDP's optim_state_dict):
@@ -334,10 +334,11 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             continue;
         }
         std::unordered_map<int64_t, const Value*> state_of;
+        std::unordered_set<int64_t> listed_ids;  // a set: MoE optimizers list 100,000s of ids
+        for (const auto& g : groups) listed_ids.insert(g.begin(), g.end());
         for (size_t i = 0; i < state->dict_size(); ++i) {
             const Value* id = state->dict_key(i);
-            bool listed = id->kind == ValueKind::integer &&
-                          std::any_of(groups.begin(), groups.end(), [&](const auto& g) { return std::find(g.begin(), g.end(), id->i) != g.end(); });
+            bool listed = id->kind == ValueKind::integer && listed_ids.count(id->i);
             if (!listed) {
                 out.push_back({"optimizer_mismatch", o.key, where + " holds state for parameter " + repr(id) + ", which no param group lists"});
                 continue;
