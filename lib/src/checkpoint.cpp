@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,8 +39,34 @@ const char* format_name(Format f) {
         case Format::safetensors: return "safetensors";
         case Format::legacy: return "legacy";
         case Format::distributed: return "distributed";
+        case Format::torch_export: return "torch-export";
     }
     return "?";
+}
+
+const char* layout_name(Layout l) {
+    switch (l) {
+        case Layout::strided: return "strided";
+        case Layout::sparse_coo: return "sparse_coo";
+        case Layout::sparse_csr: return "sparse_csr";
+        case Layout::sparse_csc: return "sparse_csc";
+        case Layout::sparse_bsr: return "sparse_bsr";
+        case Layout::sparse_bsc: return "sparse_bsc";
+        case Layout::nested: return "strided";  // torch: layout strided, is_nested
+        case Layout::jagged: return "jagged";
+    }
+    return "strided";
+}
+
+std::optional<Layout> layout_from_name(std::string_view name) {
+    if (name.substr(0, 6) == "torch.") name.remove_prefix(6);
+    static constexpr std::pair<std::string_view, Layout> k_layouts[] = {
+        {"strided", Layout::strided},       {"sparse_coo", Layout::sparse_coo}, {"sparse_csr", Layout::sparse_csr},
+        {"sparse_csc", Layout::sparse_csc}, {"sparse_bsr", Layout::sparse_bsr}, {"sparse_bsc", Layout::sparse_bsc},
+        {"jagged", Layout::jagged}};
+    for (const auto& [n, l] : k_layouts)
+        if (n == name) return l;
+    return std::nullopt;
 }
 
 bool TensorInfo::contiguous() const {
@@ -124,8 +151,23 @@ std::vector<size_t> Checkpoint::storage_users() const {
     std::vector<size_t> users(m_storages.size(), 0);
     std::unordered_set<const Value*> seen;
     for (const Entry& e : m_entries)
-        if (e.tensor && seen.insert(e.value).second) ++users[m_tensors[*e.tensor].storage];
+        if (e.tensor && m_tensors[*e.tensor].strided_view() && seen.insert(e.value).second) ++users[m_tensors[*e.tensor].storage];
     return users;
+}
+
+uint64_t Checkpoint::tensor_bytes(const TensorInfo& t) const {
+    if (t.no_data) return 0;
+    if (t.layout == Layout::strided) return t.nbytes();
+    uint64_t bytes = 0;
+    for (const TensorPart& p : t.extra->parts) bytes += tensor_bytes(m_tensors[p.tensor]);
+    return bytes;
+}
+
+std::vector<std::vector<int64_t>> Checkpoint::component_shapes(const TensorInfo& t) const {
+    std::vector<std::vector<int64_t>> out;
+    if (t.extra)
+        for (size_t i : t.extra->components) out.push_back(m_tensors[i].shape);
+    return out;
 }
 
 namespace {
@@ -158,6 +200,11 @@ void Checkpoint::Builder::read_torch_zip() {
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     const std::string& first = entries.front().name;
     size_t slash = first.find('/');
+    if (slash == std::string::npos && sniff_export(*c.m_zip)) {  // its records at the top level, not in a folder
+        c.m_records.clear();
+        c.m_record_by_name = StringIndex();
+        return read_export();
+    }
     if (slash == std::string::npos || slash == 0)
         throw Error(ErrorKind::format, "",
                     "zip archive whose first record '" + first + "' is not in a folder: not a torch.save file");
@@ -271,20 +318,160 @@ void Checkpoint::Builder::check_storages() {
         }
     }
     std::unordered_set<size_t> reported;
-    for (const Entry& e : c.m_entries) {
-        if (!e.tensor || reported.count(*e.tensor)) continue;
-        const TensorInfo& t = c.m_tensors[*e.tensor];
+    // A sparse or nested tensor is checked through the tensors it is made of (its key, then the part's name).
+    std::function<void(const std::string&, size_t)> check = [&](const std::string& key, size_t i) {
+        const TensorInfo& t = c.m_tensors[i];
+        if (t.extra) {
+            for (const TensorPart& p : t.extra->parts) check(key + "." + std::string(p.name), p.tensor);
+            for (size_t k = 0; k < t.extra->components.size(); ++k) check(key + "[" + std::to_string(k) + "]", t.extra->components[k]);
+        }
+        if (!t.strided_view() || !reported.insert(i).second) return;
         const StorageInfo& s = c.m_storages[t.storage];
         uint64_t elem_capacity = s.dtype == DType::untyped ? s.numel / dtype_size(t.dtype) : s.numel;
         uint64_t need = t.numel == 0 ? 0 : static_cast<uint64_t>(t.storage_offset) + t.extent;
-        if (need > elem_capacity) {
-            reported.insert(*e.tensor);
+        if (need > elem_capacity)
             c.m_problems.push_back(
-                {"out_of_bounds", e.key,
-                 "tensor " + e.key + " (offset " + std::to_string(t.storage_offset) + ", spans " +
+                {"out_of_bounds", key,
+                 "tensor " + key + " (offset " + std::to_string(t.storage_offset) + ", spans " +
                      std::to_string(t.extent) + " elements) runs past the end of storage " + s.key +
                      " (" + std::to_string(elem_capacity) + " elements)"});
+    };
+    for (const Entry& e : c.m_entries)
+        if (e.tensor && !reported.count(*e.tensor)) check(e.key, *e.tensor);
+}
+
+namespace {
+
+// The int64 elements of a small plain tensor (a nested tensor's sizes, strides, offsets), in
+// row-major order; nullopt with `why` set when they cannot be read.
+std::optional<std::vector<int64_t>> small_ints(const Checkpoint& c, const TensorInfo& t, std::string& why) {
+    if (!t.plain() || t.dtype != DType::int64) return why = "not a plain int64 tensor", std::nullopt;
+    if (t.numel > (1u << 22)) return why = std::to_string(t.numel) + " elements, more than this reader takes", std::nullopt;
+    const StorageInfo& s = c.storages()[t.storage];
+    auto r = c.record_index(s.record);
+    if (!s.record_present || !r) return why = "its record " + s.record + " is missing", std::nullopt;
+    RecordData data = c.record_data(*r);
+    ByteView v = data.view();
+    if (t.numel && (static_cast<uint64_t>(t.storage_offset) + t.extent) * 8 > v.size)
+        return why = "its record " + s.record + " is too short", std::nullopt;
+    std::vector<int64_t> out;
+    out.reserve(t.numel);
+    std::vector<int64_t> at(t.shape.size(), 0);
+    for (uint64_t n = 0; n < t.numel; ++n) {
+        uint64_t el = static_cast<uint64_t>(t.storage_offset);
+        for (size_t d = 0; d < at.size(); ++d) el += static_cast<uint64_t>(at[d] * t.stride[d]);
+        int64_t x;
+        std::memcpy(&x, v.data + el * 8, 8);
+        out.push_back(x);
+        for (size_t d = at.size(); d-- > 0;) {
+            if (++at[d] < t.shape[d]) break;
+            at[d] = 0;
         }
+    }
+    return out;
+}
+
+// numel and extent of a view; false when a size or stride is negative or the counts overflow.
+bool count_view(TensorInfo& t) {
+    uint64_t numel = 1, extent = 1;
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+        if (t.shape[d] < 0 || t.stride[d] < 0) return false;
+        auto n = checked_mul(numel, static_cast<uint64_t>(t.shape[d]));
+        if (!n) return false;
+        numel = *n;
+    }
+    if (numel == 0) extent = 0;
+    for (size_t d = 0; d < t.shape.size() && numel; ++d) {
+        auto span = checked_mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]));
+        auto e = span ? checked_add(extent, *span) : std::nullopt;
+        if (!e) return false;
+        extent = *e;
+    }
+    if (!checked_mul(numel, dtype_size(t.dtype))) return false;
+    t.numel = numel;
+    t.extent = extent;
+    return true;
+}
+
+}  // namespace
+
+// Nested and jagged tensors: each component becomes a view of the buffer (values), its shape,
+// strides and offset read from the small int64 parts. These few bytes are the only elements
+// opening a checkpoint reads, and only where such tensors are.
+void Checkpoint::Builder::resolve_components() {
+    for (size_t i = 0, n = c.m_tensors.size(); i < n; ++i) {
+        Layout layout = c.m_tensors[i].layout;
+        if ((layout != Layout::nested && layout != Layout::jagged) || !c.m_tensors[i].extra->components.empty()) continue;
+        auto e = std::make_shared<TensorExtra>(*c.m_tensors[i].extra);
+        auto fail = [&](const std::string& why) {
+            c.m_problems.push_back({"nested_parts", "", "a nested tensor's components cannot be read: " + why});
+        };
+        std::string why;
+        std::vector<std::optional<std::vector<int64_t>>> ints;
+        for (size_t p = 1; p < e->parts.size(); ++p) {
+            ints.push_back(small_ints(c, c.m_tensors[e->parts[p].tensor], why));
+            if (!ints.back()) break;
+        }
+        if (ints.empty() || !ints.back()) {
+            fail(std::string(e->parts[ints.size()].name) + " is " + why);
+            continue;
+        }
+        const TensorInfo base = c.m_tensors[e->parts[0].tensor];
+        std::vector<TensorInfo> comps;
+        if (layout == Layout::nested) {  // sizes [n, d], strides [n, d], offsets [n]
+            const TensorInfo& sizes = c.m_tensors[e->parts[1].tensor];
+            size_t count = sizes.shape.empty() ? 0 : static_cast<size_t>(sizes.shape[0]);
+            size_t dims = sizes.shape.size() == 2 ? static_cast<size_t>(sizes.shape[1]) : 0;
+            if (sizes.shape.size() > 2 || ints[0]->size() != count * dims || ints[1]->size() != count * dims || ints[2]->size() != count) {
+                fail("sizes, strides and offsets do not agree");
+                continue;
+            }
+            for (size_t k = 0; k < count; ++k) {
+                TensorInfo t;
+                t.dtype = base.dtype;
+                t.storage = base.storage;
+                t.rebuild = base.rebuild;
+                t.shape.assign(ints[0]->begin() + k * dims, ints[0]->begin() + (k + 1) * dims);
+                t.stride.assign(ints[1]->begin() + k * dims, ints[1]->begin() + (k + 1) * dims);
+                t.storage_offset = base.storage_offset + (*ints[2])[k];
+                comps.push_back(std::move(t));
+            }
+        } else {  // offsets [B + 1] (and lengths [B]) along values' ragged dimension
+            const std::vector<int64_t>& off = *ints[0];
+            size_t r = static_cast<size_t>(e->axis - 1);
+            size_t count = off.empty() ? 0 : off.size() - 1;
+            if (ints.size() > 1 && ints[1]->size() != count) {
+                fail("offsets and lengths do not agree");
+                continue;
+            }
+            for (size_t k = 0; k < count; ++k) {
+                TensorInfo t;
+                t.dtype = base.dtype;
+                t.storage = base.storage;
+                t.rebuild = base.rebuild;
+                t.shape = base.shape;
+                t.stride = base.stride;
+                t.shape[r] = ints.size() > 1 ? (*ints[1])[k] : off[k + 1] - off[k];
+                t.storage_offset = base.storage_offset + off[k] * base.stride[r];
+                comps.push_back(std::move(t));
+            }
+        }
+        uint64_t numel = 0;
+        bool ok = true;
+        for (TensorInfo& t : comps) {
+            ok = ok && t.storage_offset >= 0 && count_view(t);
+            numel += t.numel;
+        }
+        if (!ok) {
+            fail("a component's size, stride or offset is negative or too large");
+            continue;
+        }
+        for (TensorInfo& t : comps) {
+            e->components.push_back(c.m_tensors.size());
+            c.m_tensors.push_back(std::move(t));
+        }
+        c.m_tensors[i].numel = numel;
+        c.m_tensors[i].extra = std::move(e);
     }
 }
 
@@ -342,6 +529,18 @@ void Checkpoint::Builder::flatten(const Value* v, std::string& key, int depth,
                    ((is_seq || is_obj) && contains_tensor(v, 0, scratch));
     if (!recurse || path.count(v)) {
         add_leaf(key, v);
+        if (v->kind == ValueKind::tensor && v->state && !path.count(v)) {
+            // A tensor's Python attributes (t.tag = "ema"): leaves under its key, as torch's
+            // __dict__ shows them; state is a dict, or (dict or None, slots dict).
+            path.insert(v);
+            const Value* st = v->state;
+            bool pair = st->kind == ValueKind::tuple;
+            for (const Value* d : {st, pair ? static_cast<const Value*>(st->items[0]) : nullptr,
+                                   pair ? static_cast<const Value*>(st->items[1]) : nullptr})
+                if (d && d->kind == ValueKind::dict)
+                    for (size_t n = 0; n < d->dict_size(); ++n) dict_child(d->dict_key(n), d->dict_value(n));
+            path.erase(v);
+        }
         return;
     }
     path.insert(v);
@@ -592,6 +791,11 @@ void Checkpoint::read(const OpenOptions& options) {
     else if (sniff_safetensors(bytes())) b.read_safetensors_file();
     else if (sniff_legacy(bytes())) b.read_legacy();
     else reject_other_formats(bytes());
+    for (const TensorInfo& t : m_tensors)
+        if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+            b.resolve_components();
+            break;
+        }
     std::string key;
     std::unordered_set<const Value*> on_path;
     m_entries.reserve(m_tensors.size());  // a hint: most leaves of a checkpoint are tensors

@@ -13,6 +13,9 @@ namespace ckpt {
 
 // The legacy format's first bytes: a pickle of its magic number (legacy.cpp).
 bool sniff_legacy(ByteView file);
+class ZipArchive;
+// A torch.export archive: a zip with its records at the top level (export.cpp).
+bool sniff_export(const ZipArchive& zip);
 
 struct Checkpoint::Builder {
     Checkpoint& c;
@@ -25,7 +28,9 @@ struct Checkpoint::Builder {
     void read_torch_zip();
     void read_safetensors_file();
     void read_legacy();  // legacy.cpp
+    void read_export();  // export.cpp
     void check_storages();
+    void resolve_components();
     void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
     void add_leaf(const std::string& key, const Value* v);
     bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);

@@ -52,6 +52,19 @@ std::string target_format(const ConvertRequest& rq) {
 
 namespace detail {
 
+void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::string& name, const char* format) {
+    if (t.plain()) return;
+    std::string what = t.no_data        ? "saved without its elements (on the " + (t.extra ? t.extra->device : std::string("meta")) + " device)"
+                       : t.quantized()  ? "a quantized tensor (" + std::string(t.extra->qscheme) + ")"
+                       : t.layout == Layout::nested || t.layout == Layout::jagged ? "a nested tensor"
+                                                                                  : std::string("a ") + layout_name(t.layout) + " tensor";
+    bool whole = rq.weights_only || rq.rename;  // a pth copy of the whole checkpoint keeps it as it is
+    throw Error(ErrorKind::unsupported, rq.input,
+                "tensor " + name + " is " + what + ", which " + format + " cannot hold" +
+                    (t.no_data ? "" : whole ? "; convert to .pth without --weights-only or --strip-prefix keeps it as it is"
+                                            : "; convert to .pth keeps it as it is"));
+}
+
 bool castable(DType d) {
     return d == DType::float32 || d == DType::float64 || d == DType::float16 || d == DType::bfloat16;
 }
@@ -336,6 +349,7 @@ ConvertReport convert(const ConvertRequest& rq) {
         size_t ti = *c->entries()[e.entry].tensor;
         const TensorInfo& t = c->tensors()[ti];
         if (e.name == "__metadata__") throw Error(ErrorKind::unsupported, rq.input, "a tensor named __metadata__ cannot go into safetensors");
+        require_plain(rq, t, e.name, "safetensors");
         if (!safetensors_dtype_name(t.dtype))
             throw Error(ErrorKind::unsupported, rq.input,
                         "tensor " + e.name + " is " + std::string(dtype_name(t.dtype)) + ", which safetensors cannot hold");

@@ -21,6 +21,11 @@
 
 namespace ckpt::detail {
 
+// A state-dict writer (safetensors, a pth state dict written anew) writes plain tensors only: a
+// sparse, nested, quantized tensor or one without elements is Error(unsupported) naming it and
+// what keeps it (`format`: "safetensors" or "a new state dict").
+void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::string& name, const char* format);
+
 bool castable(DType d);
 // The dtype a tensor is written as: --dtype for floating-point tensors, integers and bools never.
 DType out_dtype(const ConvertRequest& rq, DType d);

@@ -116,6 +116,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     for (const auto& e : c.state_dict().entries) {
         by_name.emplace(e.name, *c.entries()[e.entry].tensor);
         items.push_back({written_name(rq, e.name), *c.entries()[e.entry].tensor});
+        require_plain(rq, c.tensors()[items.back().tensor], e.name, "a state dict written anew");
     }
     // The aliases safetensors' converters record in __metadata__ (alias → kept name) become shared
     // storage again; the rest of the metadata has no place in a pth file.
@@ -309,6 +310,7 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
             if (depth > 1000) return;
             auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; };
             if (v->kind == ValueKind::tensor) {
+                require_plain(rq, c.tensors()[static_cast<size_t>(v->i)], in, "a state dict written anew");
                 item_of_tensor.emplace(static_cast<size_t>(v->i), items.size());
                 items.push_back({out, static_cast<size_t>(v->i)});
                 from.push_back(in);

@@ -1,4 +1,5 @@
 #include "dist.hpp"
+#include "ckpt/report.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -174,6 +175,7 @@ std::unique_ptr<Checkpoint> DistView::open_part(std::shared_ptr<MappedFile> file
 
 dist::Run DistView::run_of(const Checkpoint& part, size_t ti, const std::string& what) const {
     const TensorInfo& t = part.tensors()[ti];
+    if (!t.plain()) throw Error(ErrorKind::unsupported, part.path(), what + " is not a plain dense tensor (" + tensor_shape_text(part, t) + ")");
     const StorageInfo& st = part.storages()[t.storage];
     if (!t.contiguous()) throw Error(ErrorKind::unsupported, part.path(), what + " is not contiguous");
     auto rec = part.record_index(st.record);
@@ -271,6 +273,9 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
     n->f2 = v->f2;
     n->s = v->s.empty() ? std::string_view() : c.m_arena.own(v->s);
     n->s2 = v->s2.empty() ? std::string_view() : c.m_arena.own(v->s2);
+    if (v->kind == ValueKind::tensor && !part.tensors()[v->i].plain())  // sparse, nested …: parts to renumber, not merged here
+        throw Error(ErrorKind::unsupported, part.path(), "a " + tensor_shape_text(part, part.tensors()[v->i]) +
+                                                              " tensor in a sharded checkpoint's file is not read");
     if (v->kind == ValueKind::tensor || v->kind == ValueKind::storage) {
         size_t ps = v->kind == ValueKind::tensor ? part.tensors()[v->i].storage : static_cast<size_t>(v->i);
         const StorageInfo& st = part.storages()[ps];

@@ -502,6 +502,50 @@ void for_each_logical_bytes(const TensorInfo& t, ByteView storage,
     for_each_chunk(t, storage.data, static_cast<size_t>(esz), [&](const uint8_t* p, size_t n) { sink(p, n * esz); });
 }
 
+TensorStats detail::combine_stats(const std::vector<const TensorStats*>& values, uint64_t zeros,
+                          const std::vector<const TensorStats*>& hashed) {
+    TensorStats s;
+    double sum = 0, sumsq = 0, abs_sum = 0, mn = k_inf, mx = -k_inf;
+    bool numbers = true;
+    for (const TensorStats* v : values) {
+        s.count += v->count;
+        s.nan += v->nan;
+        s.inf += v->inf;
+        if (v->count == 0) continue;
+        if (!v->mean || !v->abs_mean || !v->l2 || !v->min || !v->max) {
+            numbers = false;
+            continue;
+        }
+        double n = static_cast<double>(v->count);
+        sum += *v->mean * n;
+        abs_sum += *v->abs_mean * n;
+        sumsq += *v->l2 * *v->l2;
+        mn = std::isnan(*v->min) || std::isnan(mn) ? *v->min : std::min(mn, *v->min);
+        mx = std::isnan(*v->max) || std::isnan(mx) ? *v->max : std::max(mx, *v->max);
+    }
+    if (zeros) {
+        s.count += zeros;
+        if (!std::isnan(mn)) mn = std::min(mn, 0.0);
+        if (!std::isnan(mx)) mx = std::max(mx, 0.0);
+    }
+    if (numbers && s.count) {
+        double n = static_cast<double>(s.count);
+        s.mean = sum / n;
+        s.abs_mean = abs_sum / n;
+        s.l2 = std::sqrt(sumsq);
+        if (s.count > 1) {
+            double var = (sumsq - sum * sum / n) / (n - 1);
+            s.std = std::isnan(var) ? var : std::sqrt(var < 0 ? 0 : var);
+        }
+        s.min = mn;
+        s.max = mx;
+    }
+    Hasher h;
+    for (const TensorStats* p : hashed) h.update(reinterpret_cast<const uint8_t*>(p->hash.data()), p->hash.size());
+    s.hash = h.hex();
+    return s;
+}
+
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
     if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");
     return stats_over(dtype, bytes.data, nullptr, count, nullptr, false);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -96,8 +97,23 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     // Which tensors can be read: record present, long enough, view inside it.
     const auto& storages = c.storages();
     const auto& tensors = c.tensors();
-    auto readable = [&](size_t ti) {
+    // A sparse or nested tensor is read through the stored tensors it is made of (its leaves):
+    // a sparse tensor's indices and values, a nested tensor's components.
+    auto leaves = [&](const TensorInfo& t) {
+        std::vector<size_t> out;
+        if (t.layout == Layout::nested || t.layout == Layout::jagged) return t.extra->components;
+        for (const TensorPart& p : t.extra->parts) out.push_back(p.tensor);
+        return out;
+    };
+    std::function<bool(size_t)> readable = [&](size_t ti) {
         const TensorInfo& t = tensors[ti];
+        if (t.no_data) return true;  // nothing saved, nothing to read
+        if (!t.strided_view()) {
+            if ((t.layout == Layout::nested || t.layout == Layout::jagged) && t.extra->components.empty() && t.numel) return false;
+            for (size_t leaf : leaves(t))
+                if (!readable(leaf)) return false;
+            return true;
+        }
         const StorageInfo& s = storages[t.storage];
         if (!s.record_present) return false;
         uint64_t cap = s.record_size / dtype_size(t.dtype);
@@ -117,15 +133,24 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     std::unordered_map<size_t, size_t> slot_of_tensor;
     std::vector<TensorStats> slots;
     slots.reserve(selected.size());
-    for (const Selected& s : selected) {
-        if (slot_of_tensor.count(s.tensor) || !readable(s.tensor)) continue;
-        slot_of_tensor.emplace(s.tensor, slots.size());
+    std::vector<size_t> composite;  // read through their leaves, combined once those are read
+    std::function<void(size_t)> schedule = [&](size_t ti) {
+        if (slot_of_tensor.count(ti) || !readable(ti)) return;
+        slot_of_tensor.emplace(ti, slots.size());
         slots.emplace_back();
-        if (o.known && o.known(s.tensor, slots.back())) continue;
-        WorkItem& w = items[item_of_storage.at(tensors[s.tensor].storage)];
-        w.tensors.push_back(s.tensor);
-        w.bytes += tensors[s.tensor].nbytes();
-    }
+        const TensorInfo& t = tensors[ti];
+        if (t.no_data) return;
+        if (!t.strided_view()) {
+            composite.push_back(ti);
+            for (size_t leaf : leaves(t)) schedule(leaf);
+            return;
+        }
+        if (o.known && o.known(ti, slots.back())) return;
+        WorkItem& w = items[item_of_storage.at(t.storage)];
+        w.tensors.push_back(ti);
+        w.bytes += t.nbytes();
+    };
+    for (const Selected& s : selected) schedule(s.tensor);
     if (!o.check_crc)  // storage records none of the selected tensors views
         items.erase(std::remove_if(items.begin(), items.end(), [](const WorkItem& w) { return w.tensors.empty(); }),
                     items.end());
@@ -216,6 +241,28 @@ Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
     worker();
     for (auto& t : pool) t.join();
     if (failure) std::rethrow_exception(failure);
+
+    // Composite tensors from their leaves, innermost first (a leaf is scheduled after its tensor).
+    for (size_t n = composite.size(); n-- > 0;) {
+        const TensorInfo& t = tensors[composite[n]];
+        std::vector<const TensorStats*> values, hashed;
+        uint64_t zeros = 0;
+        for (size_t leaf : leaves(t)) hashed.push_back(&slots[slot_of_tensor.at(leaf)]);
+        if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+            values = hashed;
+        } else {  // sparse: the values, and zeros for the elements not stored (as t.to_dense() has them)
+            const TensorStats* v = hashed.back();
+            size_t vt = t.extra->parts.back().tensor;
+            uint64_t per = tensors[vt].numel ? v->count / tensors[vt].numel : 1;  // 2 for complex
+            values = {v};
+            zeros = t.numel * per > v->count ? t.numel * per - v->count : 0;
+        }
+        slots[slot_of_tensor.at(composite[n])] = detail::combine_stats(values, zeros, hashed);
+        if (o.hash_only) {
+            TensorStats& st = slots[slot_of_tensor.at(composite[n])];
+            st = TensorStats{st.count, {}, {}, {}, {}, {}, {}, 0, 0, st.hash};
+        }
+    }
 
     f.tensors.reserve(selected.size());
     for (const Selected& s : selected) {

@@ -60,6 +60,19 @@ constexpr std::string_view k_weights_only[] = {
     "torch.storage.UntypedStorage", "torch.uint16", "torch.uint32", "torch.uint64", "torch.uint8",
 };
 
+// The names of k_weights_only that torch 1.13.1's list lacks (printed from both, key by key).
+constexpr std::string_view k_weights_only_2_6_only[] = {
+    "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set", "collections.Counter",
+    "torch._tensor._rebuild_from_type_v2", "torch._utils._rebuild_device_tensor_from_cpu_tensor",
+    "torch._utils._rebuild_device_tensor_from_numpy", "torch._utils._rebuild_nested_tensor",
+    "torch._utils._rebuild_parameter_with_state", "torch._utils._rebuild_qtensor", "torch._utils._rebuild_tensor_v3",
+    "torch._utils._rebuild_wrapper_subclass", "torch.bfloat16", "torch.bits16", "torch.bits1x8", "torch.bits2x4",
+    "torch.bits4x2", "torch.bits8", "torch.bool", "torch.device", "torch.float8_e4m3fn", "torch.float8_e4m3fnuz",
+    "torch.float8_e5m2", "torch.float8_e5m2fnuz", "torch.per_channel_affine", "torch.per_channel_affine_float_qparams",
+    "torch.per_channel_symmetric", "torch.per_tensor_affine", "torch.per_tensor_symmetric", "torch.qint32", "torch.qint8",
+    "torch.quint2x4", "torch.quint4x2", "torch.quint8", "torch.uint16", "torch.uint32", "torch.uint64", "torch.uint8",
+};
+
 // torch 2.6's weights-only loader names these and accepts them once their module is imported
 // (nested jagged tensors, dynamic-shape marks, DTensors).
 constexpr Entry k_when_imported[] = {
@@ -390,6 +403,7 @@ const Entry* find_entry(const Entry (&list)[N], std::string_view full) {
 }  // namespace
 
 bool torch_weights_only(std::string_view full) { return in_sorted(k_weights_only, full); }
+bool torch_weights_only_2_6_only(std::string_view full) { return in_sorted(k_weights_only_2_6_only, full); }
 
 const Entry* torch_when_imported(std::string_view full) { return find_entry(k_when_imported, full); }
 
@@ -424,6 +438,9 @@ bool dangerous_attribute(std::string_view part) { return in_sorted(k_dangerous_a
 const char* check_lists() {
     auto sorted = [](const auto& list) { return std::is_sorted(std::begin(list), std::end(list)); };
     if (!sorted(k_weights_only)) return "k_weights_only is not sorted";
+    if (!sorted(k_weights_only_2_6_only)) return "k_weights_only_2_6_only is not sorted";
+    for (std::string_view n : k_weights_only_2_6_only)
+        if (!torch_weights_only(n)) return "a name of torch 2.6's list only is not on torch's list";
     if (!sorted(k_stdlib)) return "k_stdlib is not sorted";
     if (!sorted(k_frameworks)) return "k_frameworks is not sorted";
     if (!sorted(k_dangerous_attributes)) return "k_dangerous_attributes is not sorted";

@@ -12,8 +12,11 @@ struct Entry {
     std::string_view why;  // one line for reports
 };
 
-// torch.load(weights_only=True)'s own allow-list (torch 2.6, which holds 1.13's).
+// torch.load(weights_only=True)'s own allow-list: torch 2.6's and 1.13's together.
 bool torch_weights_only(std::string_view full);
+// The names of that list only torch 2.6 allows (1.13's is the rest but for _rebuild_sparse_csr_tensor,
+// which only 1.13 has).
+bool torch_weights_only_2_6_only(std::string_view full);
 // torch 2.6 also loads these once torch.nested / torch._dynamo / torch.distributed.tensor is imported.
 const Entry* torch_when_imported(std::string_view full);
 // Reviewed data-only names beyond torch's list; nullptr when `full` is none.

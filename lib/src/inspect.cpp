@@ -12,19 +12,19 @@
 
 namespace ckpt {
 
-void Totals::add(const TensorInfo& t) {
+void Totals::add(const TensorInfo& t, uint64_t nbytes) {
     ++tensors;
     elements += t.numel;
-    bytes += t.nbytes();
+    bytes += nbytes;
     std::string_view name = dtype_name(t.dtype);
     for (auto& d : by_dtype)
         if (d.dtype == name) {
             ++d.tensors;
             d.elements += t.numel;
-            d.bytes += t.nbytes();
+            d.bytes += nbytes;
             return;
         }
-    by_dtype.push_back({std::string(name), 1, t.numel, t.nbytes()});
+    by_dtype.push_back({std::string(name), 1, t.numel, nbytes});
 }
 
 bool InspectReport::listed(const TensorRow& row) const {
@@ -124,14 +124,14 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         TensorRow row;
         row.key = e.key;
         row.tensor = *e.tensor;
-        row.shared = users[t.storage] > 1;
+        row.shared = t.strided_view() && users[t.storage] > 1;
         if (sd_name[i]) {
             row.name = *sd_name[i];
-            r.state_dict_totals.add(t);  // per key: what load_state_dict sees
+            r.state_dict_totals.add(t, c.tensor_bytes(t));  // per key: what load_state_dict sees
         }
         if (!counted_all[*e.tensor]) {
             counted_all[*e.tensor] = 1;
-            r.all_totals.add(t);
+            r.all_totals.add(t, c.tensor_bytes(t));
         }
         r.tensors.push_back(std::move(row));
     }
@@ -150,6 +150,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         r.hints.push_back({"no_state_dict",
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});
 
+    r.weights_only = weights_only_answers(c);
     for (const auto& g : c.globals()) {
         r.globals.push_back(judge(*options.policy, g));
         const GlobalVerdict& v = r.globals.back();

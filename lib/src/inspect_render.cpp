@@ -47,6 +47,52 @@ nlohmann::json dist_json(const DistInfo& d) {
             {"notes", d.notes}};
 }
 
+// One element of "tensors". A tensor that is not a plain view of its storage says what it is:
+// layout (sparse, nested), its parts (indices, values …), the shapes of a nested tensor's components
+// (its "shape" is null: torch has none), the device of one saved without elements (storage null),
+// a quantized tensor's scheme and parameters; a tensor subclass its class.
+nlohmann::json tensor_json(const Checkpoint& c, const TensorRow& row) {
+    const TensorInfo& t = c.tensors()[row.tensor];
+    bool nested = t.layout == Layout::nested || t.layout == Layout::jagged;
+    nlohmann::json tj = {{"key", row.key},
+                         {"state_dict_key", row.name ? nlohmann::json(*row.name) : nlohmann::json(nullptr)},
+                         {"dtype", dtype_name(t.dtype)},
+                         {"shape", nested ? nlohmann::json(nullptr) : nlohmann::json(t.shape)},
+                         {"stride", t.strided_view() ? nlohmann::json(t.stride) : nlohmann::json(nullptr)},
+                         {"storage_offset", t.storage_offset},
+                         {"numel", t.numel},
+                         {"nbytes", c.tensor_bytes(t)},
+                         {"storage", t.strided_view() ? nlohmann::json(c.storages()[t.storage].key) : nlohmann::json(nullptr)},
+                         {"shared", row.shared},
+                         {"contiguous", t.strided_view() && t.contiguous()},
+                         {"requires_grad", t.requires_grad},
+                         {"parameter", t.is_parameter}};
+    if (!t.subclass.empty()) tj["subclass"] = t.subclass;
+    if (t.layout != Layout::strided) tj["layout"] = layout_name(t.layout);
+    if (nested) {
+        tj["nested"] = true;
+        tj["shapes"] = c.component_shapes(t);
+    }
+    if (t.no_data) tj["device"] = t.extra ? t.extra->device : "meta";
+    if (t.extra && !t.extra->parts.empty()) {
+        nlohmann::json parts = nlohmann::json::array();
+        for (const TensorPart& p : t.extra->parts) {
+            const TensorInfo& pt = c.tensors()[p.tensor];
+            parts.push_back({{"name", p.name}, {"dtype", dtype_name(pt.dtype)}, {"shape", pt.shape},
+                             {"storage", pt.strided_view() ? nlohmann::json(c.storages()[pt.storage].key) : nlohmann::json(nullptr)}});
+        }
+        tj["parts"] = std::move(parts);
+    }
+    if (t.quantized()) {
+        const TensorExtra& e = *t.extra;
+        nlohmann::json q = {{"scheme", e.qscheme}};
+        if (e.axis < 0) q["scale"] = e.scale, q["zero_point"] = e.zero_point;
+        else q["axis"] = e.axis;
+        tj["quantization"] = std::move(q);
+    }
+    return tj;
+}
+
 // Everything but the elements of "tensors" and "storages", which `with_arrays` leaves empty.
 nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     const Checkpoint& c = *r.checkpoint;
@@ -87,24 +133,7 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& row : r.tensors) {
         if (!with_arrays) break;
-        if (!r.listed(row)) continue;
-        const TensorInfo& t = c.tensors()[row.tensor];
-        const StorageInfo& s = c.storages()[t.storage];
-        nlohmann::json tj = {{"key", row.key},
-                             {"state_dict_key", row.name ? nlohmann::json(*row.name) : nlohmann::json(nullptr)},
-                             {"dtype", dtype_name(t.dtype)},
-                             {"shape", t.shape},
-                             {"stride", t.stride},
-                             {"storage_offset", t.storage_offset},
-                             {"numel", t.numel},
-                             {"nbytes", t.nbytes()},
-                             {"storage", s.key},
-                             {"shared", row.shared},
-                             {"contiguous", t.contiguous()},
-                             {"requires_grad", t.requires_grad},
-                             {"parameter", t.is_parameter}};
-        if (!t.subclass.empty()) tj["subclass"] = t.subclass;
-        tensors.push_back(std::move(tj));
+        if (r.listed(row)) tensors.push_back(tensor_json(c, row));
     }
     j["tensors"] = std::move(tensors);
 
@@ -135,6 +164,14 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
                            {"count", g.count}});
     }
     j["globals"] = std::move(globals);
+    nlohmann::json wo = nlohmann::json::array();
+    for (const WeightsOnlyAnswer& a : r.weights_only) {
+        nlohmann::json blockers = nlohmann::json::array();
+        for (const auto& b : a.blockers) blockers.push_back({{"kind", b.kind}, {"name", b.name}, {"message", b.message}});
+        wo.push_back({{"torch", a.torch}, {"applies", a.applies}, {"loads", a.applies ? nlohmann::json(a.loads) : nlohmann::json(nullptr)},
+                      {"blockers", std::move(blockers)}, {"fix", a.fix.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fix)}});
+    }
+    j["weights_only"] = std::move(wo);
 
     nlohmann::json optimizers = nlohmann::json::array();
     for (const auto& o : r.optimizers)
@@ -201,6 +238,18 @@ public:
         newline(2);
         raw("{");
     }
+    // A whole element from a document, laid out as dump(2) lays it out at that depth.
+    void element(bool& first, const nlohmann::json& j) {
+        raw(first ? "[" : ",");
+        first = false;
+        newline(2);
+        std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+        for (char ch : text) {
+            if (ch == '\n') newline(2);
+            else m_buf += ch;
+        }
+        flush_if_full();
+    }
     void end_element() {
         newline(2);
         raw("}");
@@ -231,6 +280,10 @@ void write_tensors(const InspectReport& r, JsonOut& o) {
     for (const auto& row : r.tensors) {
         if (!r.listed(row)) continue;
         const TensorInfo& t = c.tensors()[row.tensor];
+        if (!t.plain()) {  // rare: the document's own layout
+            o.element(first, tensor_json(c, row));
+            continue;
+        }
         const StorageInfo& s = c.storages()[t.storage];
         o.begin_element(first);
         o.key("contiguous", 3, true), o.boolean(t.contiguous());
@@ -340,6 +393,9 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.pickle_size()) << ", "
             << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
         for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";
+    } else if (c.format() == Format::torch_export) {
+        out << paint("1", c.path()) << ": torch.export archive (schema " << c.version()
+            << "; its state dict and constants are read, the program is not), " << human_bytes(c.file_size()) << "\n";
     } else if (c.format() == Format::legacy) {
         out << paint("1", c.path()) << ": legacy torch format (protocol 1001, " << c.byteorder() << "-endian";
         for (const auto& [name, size] : c.type_sizes()) out << ", " << name << " " << size;
@@ -377,7 +433,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
             const TensorInfo& t = c.tensors()[row->tensor];
             wk = std::max(wk, width(std::string(by_name ? *row->name : row->key)) + (row->shared ? 2 : 0));
             wd = std::max(wd, dtype_name(t.dtype).size());
-            ws = std::max(ws, width(shape_text(t.shape)));
+            ws = std::max(ws, width(tensor_shape_text(c, t)));
         }
         wk = std::min<size_t>(wk, 80);
         out << "\n  " << paint("1", pad("key", wk) + "  " + pad("dtype", wd) + "  " + pad("shape", ws) + "  size") << "\n";
@@ -392,7 +448,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
             std::string k = std::string(by_name ? *row->name : row->key) + (row->shared ? " *" : "");
             any_shared = any_shared || row->shared;
             out << "  " << pad(k, wk) << "  " << pad(std::string(dtype_name(t.dtype)), wd) << "  "
-                << pad(shape_text(t.shape), ws) << "  " << human_bytes(t.nbytes()) << "\n";
+                << pad(tensor_shape_text(c, t), ws) << "  " << human_bytes(c.tensor_bytes(t)) << "\n";
         };
         for (size_t i = 0; i < head; ++i) line(rows[i]);
         if (tail) {
@@ -413,7 +469,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         for (const auto& row : r.tensors)
             if (!row.name) {
                 ++others;
-                bytes += c.tensors()[row.tensor].nbytes();
+                bytes += c.tensor_bytes(c.tensors()[row.tensor]);
             }
         if (others)
             out << "\nother tensors: " << others << " outside the state dict, " << human_bytes(bytes)
@@ -455,6 +511,25 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         ++shown;
     }
     if (skipped) out << paint("2", "… " + std::to_string(skipped) + " more values (--all lists every one)") << "\n";
+
+    // Will torch.load(weights_only=True) read it, per torch release, and what stops it.
+    if (!r.weights_only.empty() && r.weights_only.front().applies) {
+        out << "\ntorch.load(weights_only=True):";
+        std::string fix;
+        for (size_t i = 0; i < r.weights_only.size(); ++i) {
+            const WeightsOnlyAnswer& a = r.weights_only[i];
+            out << (i ? ";" : "") << " torch " << a.torch << " " << (a.loads ? paint("32", "loads it") : paint("31", "refuses it"));
+            if (!a.loads) {
+                out << " (";
+                for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << a.blockers[k].name;
+                if (a.blockers.size() > 4) out << ", … " << a.blockers.size() - 4 << " more";
+                out << ")";
+                if (fix.empty()) fix = a.fix;
+            }
+        }
+        out << "\n";
+        if (!fix.empty()) out << "  " << paint("2", "fix: " + fix) << "\n";
+    }
 
     for (const auto& h : r.hints) {
         out << "\n" << paint("33", "hint: ") << h.message;

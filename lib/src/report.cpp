@@ -51,6 +51,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return s;
 }
 
+std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t) {
+    if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+        std::string s = t.layout == Layout::jagged ? "jagged " : "nested ";
+        auto shapes = c.component_shapes(t);
+        if (shapes.empty()) return s + "(components unread)";
+        for (size_t i = 0; i < shapes.size() && i < 4; ++i) s += (i ? ", " : "") + shape_text(shapes[i]);
+        if (shapes.size() > 4) s += ", … (" + std::to_string(shapes.size()) + ")";
+        return s;
+    }
+    std::string s = shape_text(t.shape);
+    if (t.layout != Layout::strided) s += std::string(" ") + layout_name(t.layout);
+    if (t.no_data) s += " " + (t.extra ? t.extra->device : std::string("meta"));
+    if (t.quantized()) s += " " + std::string(t.extra->qscheme);
+    return s;
+}
+
 void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {
     if (!object.is_object()) object = nlohmann::ordered_json::object();
     auto& members = object.get_ref<nlohmann::ordered_json::object_t&>();

@@ -37,6 +37,45 @@ bool is_sharded_index(const std::string& path) {
     return ends_with(path, ".index.json") || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
+size_t Checkpoint::adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name) {
+    size_t index = m_shards.size(), storage_base = m_storages.size(), tensor_base = m_tensors.size();
+    for (size_t r = 0; r < part->records().size(); ++r) {
+        RecordInfo rec = part->records()[r];
+        rec.name = name + ":" + rec.name;
+        add_record(rec);
+        m_record_owner.push_back({index, r});
+    }
+    for (StorageInfo st : part->storages()) {
+        st.record = name + ":" + st.record;
+        m_storages.push_back(std::move(st));
+    }
+    for (TensorInfo t : part->tensors()) {
+        t.storage += storage_base;
+        if (t.extra) {  // parts and components are tensors of this part: renumbered as they are
+            auto e = std::make_shared<TensorExtra>(*t.extra);
+            for (TensorPart& p : e->parts) p.tensor += tensor_base;
+            for (size_t& k : e->components) k += tensor_base;
+            t.extra = std::move(e);
+        }
+        m_tensors.push_back(std::move(t));
+    }
+    for (const auto& kv : part->metadata())  // safetensors' __metadata__, joined: the first part's value wins
+        if (std::none_of(m_metadata.begin(), m_metadata.end(), [&](const auto& m) { return m.first == kv.first; }))
+            m_metadata.push_back(kv);
+    for (const Problem& p : part->problems()) m_problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
+    for (const GlobalRef& g : part->globals()) {  // one row a name, as in one file; the first place named
+        auto same = std::find_if(m_globals.begin(), m_globals.end(), [&](const GlobalRef& x) { return x.module == g.module && x.name == g.name; });
+        if (same != m_globals.end()) {
+            same->count += g.count;
+            continue;
+        }
+        m_globals.push_back(g);
+        m_globals.back().record = name + ":" + g.record;
+    }
+    m_shards.push_back(std::move(part));
+    return tensor_base;
+}
+
 // A Hugging Face sharded checkpoint: {"metadata": {"total_size": N}, "weight_map": {name: shard}}.
 // Every shard is opened (a missing one is an error naming it) and its state dict joined into one;
 // what the index says is checked against what the shards hold, and disagreements are problems:
@@ -73,27 +112,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
         std::string full = dir + "/" + file;
         if (::access(full.c_str(), F_OK) != 0)
             throw Error(ErrorKind::io, path, "shard " + file + " named by the index does not exist");
-        std::unique_ptr<Checkpoint> shard = Checkpoint::open(full, options);
+        std::unique_ptr<Checkpoint> owned = Checkpoint::open(full, options);
+        const Checkpoint* shard = owned.get();
         if (s == 0) c->m_format = shard->format();
-        size_t storage_base = c->m_storages.size(), tensor_base = c->m_tensors.size();
-        for (size_t r = 0; r < shard->records().size(); ++r) {
-            RecordInfo rec = shard->records()[r];
-            rec.name = file + ":" + rec.name;
-            c->add_record(rec);
-            c->m_record_owner.push_back({s, r});
-        }
-        for (StorageInfo st : shard->storages()) {
-            st.record = file + ":" + st.record;
-            c->m_storages.push_back(std::move(st));
-        }
-        for (TensorInfo t : shard->tensors()) {
-            t.storage += storage_base;
-            c->m_tensors.push_back(std::move(t));
-        }
-        for (const auto& kv : shard->metadata())  // safetensors' __metadata__, joined: the first shard's value wins
-            if (std::none_of(c->m_metadata.begin(), c->m_metadata.end(), [&](const auto& m) { return m.first == kv.first; }))
-                c->m_metadata.push_back(kv);
-        for (const Problem& p : shard->problems()) c->m_problems.push_back({p.kind, file + ":" + p.key, file + ": " + p.message});
+        size_t tensor_base = c->adopt_part(std::move(owned), file);
         for (const auto& e : shard->state_dict().entries) {
             const Entry& entry = shard->entries()[e.entry];
             auto [it, fresh] = holder.emplace(e.name, file);
@@ -113,9 +135,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
             tv->s = c->m_arena.own(std::string(dtype_name(c->m_tensors[tensor_base + *entry.tensor].dtype)));
             c->m_arena.append(root->entries, key);
             c->m_arena.append(root->entries, tv);
-            total += c->m_tensors[tensor_base + *entry.tensor].nbytes();
+            total += c->tensor_bytes(c->m_tensors[tensor_base + *entry.tensor]);
         }
-        c->m_shards.push_back(std::move(shard));
     }
     for (const auto& [name, file] : map)
         if (!holder.count(name))

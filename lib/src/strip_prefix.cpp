@@ -413,6 +413,10 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     open.trace_pickle = true;
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
     refuse_damaged(*c);
+    if (c->format() == Format::torch_export)
+        throw Error(ErrorKind::unsupported, rq.input,
+                    "a torch.export archive: its names belong to the exported program and are not renamed apart from it; "
+                    "`ckpt-tool convert --weights-only` writes its state dict as .pth or .safetensors, whose keys strip-prefix renames");
     r.plan = plan_rename(*c, rq.options);
     if (rq.dry_run) return r;
 

@@ -22,4 +22,10 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
 TensorStats stats_of_file_range(DType dtype, int fd, uint64_t offset, uint64_t count, uint32_t* crc, bool hash_only,
                                 std::vector<uint8_t>& buffer, const std::string& path);
 
+// The statistics of a tensor made of others: `values` (a sparse tensor's values, a nested tensor's
+// components) summarised as one list of numbers with `zeros` more zeros (a sparse tensor's
+// elements that are not stored), and a hash of the `hashed` parts' hashes, in order.
+TensorStats combine_stats(const std::vector<const TensorStats*>& values, uint64_t zeros,
+                          const std::vector<const TensorStats*>& hashed);
+
 }  // namespace ckpt::detail

@@ -38,7 +38,30 @@ public:
     void finish();
 
 private:
+    // A storage slice of torch < 0.4 (a legacy persistent id's view_metadata): elements
+    // [offset, offset + numel) of the storage its value names.
+    struct StorageView {
+        Value* value = nullptr;
+        uint64_t offset = 0, numel = 0;
+    };
+    Value* storage_value(const Value* cls, std::string_view key, std::string_view location, uint64_t numel, DType dtype,
+                         uint64_t offset);
     Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
+    // A rebuild function of torch._utils, torch._tensor or nested tensors: the tensor, nullptr for
+    // what is no tensor here; Error(unsupported) naming a rebuild function this reader does not know.
+    Value* rebuild(Value* made, std::string_view module, std::string_view name, const ValueList& a);
+    void count_elements(const Value* made, std::string_view name, TensorInfo& t) const;
+    void quantization(const Value* made, const Value* params, TensorInfo& t);
+    // The rebuild functions of tensors that are not one plain view of a storage.
+    Value* rebuild_meta(Value* made, std::string_view name, const ValueList& a);
+    Value* rebuild_quantized(Value* made, const ValueList& a);
+    Value* rebuild_sparse(Value* made, std::string_view name, const ValueList& a);
+    Value* rebuild_nested(Value* made, const ValueList& a);
+    Value* rebuild_jagged(Value* made, const Value* kwargs);
+    Value* rebuild_from_type(Value* made, std::string_view name, const ValueList& a);
+    // The tensor a value is (a rebuilt tensor), or a clear error naming what `what` needed.
+    const TensorInfo& tensor_arg(const Value* made, const Value* v, const std::string& what) const;
+    size_t tensor_index(const Value* v) const { return static_cast<size_t>(v->i); }
     // `made`, the object the VM built for a call and handed to reduce (nothing refers to it yet),
     // cleared to an empty value of `kind` at the same offset: the typed value takes its place
     // instead of a second value (two fewer values per tensor).
@@ -58,6 +81,8 @@ private:
     const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
     std::string_view m_class_name;
     std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
+    std::unordered_map<std::string, StorageView> m_views;          // view key → the slice (legacy files only)
+    std::unordered_map<const Value*, const StorageView*> m_view_of;  // a slice's value → the slice
     BoundMethods m_methods;
 };
 

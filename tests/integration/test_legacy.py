@@ -186,8 +186,97 @@ def test_legacy(s):
                    s.path("module.whole.pth"), "--weights-only")
 
 
+class _StorageView:
+    """A storage slice of torch < 0.4: elements [offset, offset + size) of the storage `root`."""
+
+    def __init__(self, root, root_numel, key, offset, size):
+        self.root, self.root_numel, self.key, self.offset, self.size = root, root_numel, key, offset, size
+
+
+class _TensorOn:
+    """A tensor pickled as torch 0.3 did: _rebuild_tensor(storage, offset, size, stride)."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.args = (storage, offset, size, stride)
+
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor, self.args)
+
+
+def legacy_with_views(path, obj, storages):
+    """A legacy file as torch 0.3 wrote one with storage slices: persistent ids with view_metadata
+    (view_key, offset, size), the roots' bytes after the pickles. `storages`: [(key, float32 values)]."""
+    import io
+    import pickle
+    import struct
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, o):
+            if isinstance(o, _StorageView):
+                return ("storage", torch.FloatStorage, o.root, "cpu", o.root_numel, (o.key, o.offset, o.size))
+            return None
+
+    out = io.BytesIO()
+    for header in (0x1950a86a20f9469cfc6c, 1001,
+                   {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}):
+        pickle.dump(header, out, protocol=2)
+    Pickler(out, protocol=2).dump(obj)
+    pickle.dump([k for k, _ in storages], out, protocol=2)
+    for _, values in storages:
+        out.write(struct.pack("<q", len(values)))
+        out.write(struct.pack("<%df" % len(values), *values))
+    with open(path, "wb") as f:
+        f.write(out.getvalue())
+
+
+def test_storage_views(s):
+    """torch < 0.4 saved storage slices (view_metadata), as PyTorch's own test_serialization_storage_slice
+    and public projects' storage_view.legacy.pt hold: the slices as storages, tensors on them read at
+    the slice's offset; torch 1.13's torch.load is the oracle."""
+    root = [float(i) + 0.5 for i in range(10)]
+    a = _StorageView("140001", 10, "140002", 2, 5)  # elements 2..7
+    b = _StorageView("140001", 10, "140003", 6, 4)  # elements 6..10
+    path = s.path("views.legacy.pt")
+    legacy_with_views(path, {"a": _TensorOn(a, 1, (2, 2), (2, 1)), "b": _TensorOn(b, 0, (4,), (1,)), "s": (a, b)},
+                      [("140001", root)])
+    want = torch.load(path)
+    r = s.run("inspect", path, "--json", "--all")
+    if s.check(r.returncode == 0, "storage views: inspect exit %d %s" % (r.returncode, r.stderr.strip())):
+        j = json.loads(r.stdout)
+        got = {t["key"]: t for t in j["tensors"]}
+        for key in ("a", "b"):
+            t, w = got.get(key), want[key]
+            s.check(t is not None and t["shape"] == list(w.shape) and t["stride"] == list(w.stride()) and
+                    t["storage_offset"] == w.storage_offset() + (2 if key == "a" else 6),
+                    "storage views: %s is %s, torch: %s %s offset %d in its slice" %
+                    (key, t, list(w.shape), list(w.stride()), w.storage_offset()))
+        objects = {o["key"]: o["repr"] for o in j["objects"]}
+        s.check("elements 2–7 of storage 140001" in objects.get("s", "") and "elements 6–10 of storage 140001" in objects.get("s", ""),
+                "storage views: the slices are %s" % objects)
+    r = s.run("verify", path, "--json", "--all")
+    if s.check(r.returncode == 0, "storage views: verify exit %d %s %s" % (r.returncode, r.stdout[-300:], r.stderr.strip())):
+        means = {t["key"]: t["mean"] for t in json.loads(r.stdout)["tensors"]}
+        for key in ("a", "b"):
+            s.check(abs(means.get(key, 1e9) - want[key].double().mean().item()) < 1e-9,
+                    "storage views: mean of %s %s, torch %s" % (key, means.get(key), want[key].double().mean().item()))
+    out = s.path("views.safetensors")
+    r = s.run("convert", path, "-o", out, "--state-dict-key", "")
+    if s.check(r.returncode == 0, "storage views: convert exit %d %s" % (r.returncode, r.stderr.strip())):
+        got = read_safetensors(out)[1]
+        s.check(all(same_bits(got[k], want[k]) for k in ("a", "b")), "storage views: converted values")
+    # A slice that reaches past its storage, byte by byte: a clear error naming the file.
+    bad = s.path("views.bad.legacy.pt")
+    legacy_with_views(bad, {"a": _TensorOn(_StorageView("1", 4, "2", 2, 5), 0, (5,), (1,))}, [("1", [1.0] * 4)])
+    r = s.run("inspect", bad)
+    s.check(r.returncode == 2 and bad in r.stderr and "storage view 2" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+            "storage views: a slice past its storage: exit %d %s" % (r.returncode, r.stderr.strip()))
+
+
 def main():
-    return suite_main(lambda s, _args: test_legacy(s))
+    def body(s, _args):
+        test_legacy(s)
+        test_storage_views(s)
+    return suite_main(body)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ Also: no crash on any file (exit 0, 1, or 2 with one line naming the file); veri
 intact file only where torch 2.6's weights_only refuses it (a class of the writer's script); every
 float8 and every other dtype known.
 
-GAPS lists the files not read in full yet (issue 20), each with why. A gap that starts passing fails
-the test until it is taken off the list, so the list stays true.
+GAPS lists the files not read in full yet, each with why (none now). A gap that starts passing fails
+the test until it is taken off the list, so the list stays true. Beyond the corpus's rule, a sparse
+tensor's layout, a meta tensor's device and a quantized tensor's scheme must be torch's too, and a
+nested tensor's components' shapes stand for its shape.
 
 Usage: test_torch2_corpus.py --tool PATH --work DIR
 """
@@ -24,13 +26,7 @@ CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "torch2")
 sys.path.insert(0, HERE)
 from test_repair import suite_main  # noqa: E402
 
-GAPS = {
-    "export_a.pt2": "torch.export archives are not read yet",
-    "meta_a.pt": "meta tensors (_rebuild_meta_tensor_no_storage) are shown as objects",
-    "nested_a.pt": "nested tensors (_rebuild_nested_tensor) are shown as objects",
-    "quant_a.pt": "quantized tensors (_rebuild_qtensor) are shown as objects",
-    "sparse_a.pt": "sparse tensors (_rebuild_sparse_tensor) are shown as objects",
-}
+GAPS = {}
 
 
 def run_json(tool, *argv):
@@ -55,16 +51,22 @@ def score(tool, path, truth):
             problems.append("%s: exit %d without JSON" % (what, rc))
     got = {}
     for t in (inspect or {}).get("tensors", []):
-        got[t["key"]] = {"dtype": t["dtype"], "shape": t["shape"]}
+        got[t["key"]] = {"dtype": t["dtype"], "shape": t["shape"], "shapes": t.get("shapes"), "layout": t.get("layout", "strided"),
+                         "device": t.get("device"), "quantized": (t.get("quantization") or {}).get("scheme")}
     for t in (verify or {}).get("tensors", []):
         got.setdefault(t["key"], {}).update({"mean": t.get("mean")})
     wrong = []
     for key, want in truth["tensors"].items():
         g = got.get(key)
+        # A nested tensor has no shape in torch: its components' shapes are compared.
+        shape_of = (lambda x: x.get("shapes")) if "shapes" in want else (lambda x: list(x.get("shape") or []))
         if g is None:
             wrong.append("%s missing" % key)
-        elif g.get("dtype") != want["dtype"] or list(g.get("shape") or []) != want["shape"]:
-            wrong.append("%s is %s %s, torch: %s %s" % (key, g.get("dtype"), g.get("shape"), want["dtype"], want["shape"]))
+        elif g.get("dtype") != want["dtype"] or shape_of(g) != shape_of(want):
+            wrong.append("%s is %s %s, torch: %s %s" % (key, g.get("dtype"), shape_of(g), want["dtype"], shape_of(want)))
+        elif any(want.get(f) is not None and g.get(f) != want[f] for f in ("layout", "device", "quantized")):
+            wrong.append("%s is %s, torch: %s" % (key, {f: g.get(f) for f in ("layout", "device", "quantized")},
+                                                   {f: want.get(f) for f in ("layout", "device", "quantized")}))
         elif want["mean"] is not None:
             m = g.get("mean")
             if not isinstance(m, (int, float)) or abs(m - want["mean"]) > 1e-9 + 1e-6 * (want["abs_mean"] or 0):

@@ -130,16 +130,36 @@ const Row k_rows[] = {
      "listed but no tensor uses it"},
     {"legacy, a key listed twice", [](auto&) { return testing::legacy_file(legacy_pickle(), {{"0", 6, floats(6)}, {"0", 6, floats(6)}}); },
      2, "listed twice"},
-    {"legacy, a storage view",
+    {"legacy, a storage view past its storage",
      [](auto&) {
          PickleBuilder p;
          p.proto(2).global("torch._utils", "_rebuild_tensor_v2").mark();
          p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").integer(6);
-         p.mark().str("1").integer(0).integer(6).tuple().tuple().op('Q');
+         p.mark().str("1").integer(3).integer(6).tuple().tuple().op('Q');
          p.integer(0).mark().integer(6).tuple().mark().integer(1).tuple().newfalse();
          p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().stop();
          return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
-     }, 2, "a view of another storage"},
+     }, 2, "storage view 1 (elements 3+6) lies outside storage 0"},
+    {"legacy, a tensor past the end of its storage view",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).global("torch._utils", "_rebuild_tensor_v2").mark();
+         p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").integer(6);
+         p.mark().str("1").integer(2).integer(3).tuple().tuple().op('Q');
+         p.integer(0).mark().integer(4).tuple().mark().integer(1).tuple().newfalse();
+         p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().stop();
+         return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
+     }, 2, "runs past the end of its storage slice (3 elements)"},
+    {"legacy, malformed storage view metadata",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).global("torch._utils", "_rebuild_tensor_v2").mark();
+         p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").integer(6);
+         p.mark().str("1").integer(-2).integer(3).tuple().tuple().op('Q');
+         p.integer(0).mark().integer(1).tuple().mark().integer(1).tuple().newfalse();
+         p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().stop();
+         return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
+     }, 2, "malformed storage view"},
     {"legacy, posix.system payload",
      [](const std::string& marker) {
          PickleBuilder p;

@@ -33,6 +33,35 @@ struct StorageInfo {
     uint64_t nbytes() const { return numel * dtype_size(dtype); }
 };
 
+// How a tensor's elements are laid out: torch's layouts, and its nested tensors (a list of tensors of
+// different shapes; torch says layout strided or jagged and is_nested).
+enum class Layout : uint8_t { strided, sparse_coo, sparse_csr, sparse_csc, sparse_bsr, sparse_bsc, nested, jagged };
+const char* layout_name(Layout l);  // "strided", "sparse_coo" …, "strided" for nested, "jagged"
+std::optional<Layout> layout_from_name(std::string_view torch_name);  // "torch.sparse_coo", "sparse_csr" …
+
+// A tensor other tensors make up, as torch saves it: a sparse tensor's indices and values, a nested
+// tensor's buffer and the sizes, strides and offsets of its components, a quantized tensor's
+// parameters. Each part is an ordinary tensor of the checkpoint's table (not an entry of its own).
+struct TensorPart {
+    std::string_view name;  // "indices", "values", "crow_indices", "buffer", "offsets", "scales" … (static text)
+    size_t tensor = 0;      // index into Checkpoint::tensors
+};
+struct TensorExtra {
+    std::vector<TensorPart> parts;
+    // nested: each component as a view of the buffer (its shape, stride and offset read from the
+    // sizes, strides and offsets parts once the records can be read); index into Checkpoint::tensors
+    std::vector<size_t> components;
+    // quantized: "per_tensor_affine", "per_channel_affine" … (static text); the scale and zero point
+    // of a per-tensor scheme, the axis of a per-channel one (its scales and zero points are parts)
+    std::string_view qscheme;
+    double scale = 0;
+    int64_t zero_point = 0;
+    int64_t axis = -1;
+    std::string device;  // a tensor saved without its bytes (meta, a wrapper subclass): its device
+    // torch ≥ 2.1 saves a sparse COO tensor's is_coalesced flag, which torch 1.13's rebuild refuses
+    bool coalesced_flag = false;
+};
+
 struct TensorInfo {
     DType dtype = DType::float32;
     std::vector<int64_t> shape;
@@ -45,8 +74,20 @@ struct TensorInfo {
     std::string subclass;        // tensor subclass for _rebuild_from_type_v2, "" when plain
     uint64_t numel = 0;
     uint64_t extent = 0;         // elements of the storage the tensor spans from its offset
+    Layout layout = Layout::strided;
+    bool no_data = false;        // saved without its elements (the meta device, a wrapper subclass): no storage
+    // What a tensor that is not a plain view of one storage is made of (null for a plain one); shared
+    // by copies of the info, so a reader that renumbers tensors (sharded, merged) copies it first.
+    std::shared_ptr<const TensorExtra> extra;
     uint64_t nbytes() const { return numel * dtype_size(dtype); }
     bool contiguous() const;
+    // A plain view of its storage (`storage`, `storage_offset`, `stride` hold): what readers of
+    // elements take as they are. Sparse and nested tensors are read through their parts, a tensor
+    // without data not at all.
+    bool plain() const { return layout == Layout::strided && !no_data && !extra; }
+    bool quantized() const { return extra && !extra->qscheme.empty(); }
+    // Plain or quantized: its elements are a strided view of its storage.
+    bool strided_view() const { return layout == Layout::strided && !no_data && (!extra || quantized()); }
 };
 
 // A leaf of the value tree, by its dotted path from the root object.
@@ -88,6 +129,8 @@ struct GlobalRef {
     // one ("torch.optim.lr_scheduler.OneCycleLR._annealing_cos"); 0 otherwise.
     uint64_t bound_methods = 0;
     std::string bound_method;
+    uint64_t instantiated = 0;  // times made by NEWOBJ (cls.__new__), which torch 1.13's weights_only allows Parameter only
+    uint64_t first_instantiated = 0;  // file offset of the first
     std::string full_name() const { return module + "." + name; }
 };
 
@@ -103,7 +146,8 @@ struct Problem {
 };
 
 // distributed: the merged view of a DeepSpeed or torch.distributed.checkpoint folder (Checkpoint::dist).
-enum class Format { torch_zip, torchscript, safetensors, legacy, distributed };
+// torch_export: a torch.export.save archive (.pt2), its state dict and constants joined.
+enum class Format { torch_zip, torchscript, safetensors, legacy, distributed, torch_export };
 
 // A stored byte range of the container: a zip record, a safetensors tensor's bytes, or a legacy
 // file's storage (named by its key).
@@ -189,6 +233,11 @@ public:
 
     // Number of distinct tensors (by rebuild object) viewing each storage.
     std::vector<size_t> storage_users() const;
+    // Bytes a tensor's elements take in the file: a plain or quantized tensor's own (numel × element
+    // size), a sparse or nested tensor's parts', 0 for one saved without its elements.
+    uint64_t tensor_bytes(const TensorInfo& t) const;
+    // The shapes of a nested tensor's components, in order (empty for any other tensor).
+    std::vector<std::vector<int64_t>> component_shapes(const TensorInfo& t) const;
 
     // The container's records, in file order, and their bytes (a view into the mapping, or inflated).
     const std::vector<RecordInfo>& records() const { return m_records; }
@@ -261,6 +310,10 @@ private:
     std::optional<DistInfo> m_dist;
     std::vector<std::shared_ptr<MappedFile>> m_piece_files;  // the files the pieces are in
     static std::unique_ptr<Checkpoint> open_index(const std::string& path, const OpenOptions& options);
+    // A checkpoint made of others (a sharded checkpoint's shards, an export archive's torch.save
+    // archives): `part`'s records, storages, tensors, problems and globals joined under `name`, the
+    // part kept open for its records' bytes. Returns the index of its first tensor here.
+    size_t adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name);
     static std::unique_ptr<Checkpoint> open_deepspeed(const std::string& dir, const OpenOptions& options);  // dist_deepspeed.cpp
     static std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options);        // dist_dcp.cpp
     // A torch.save zip stored inside another file (a .distcp is a run of them): `name` for messages.

@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/globals.hpp"
+#include "ckpt/weights_only.hpp"
 
 namespace ckpt {
 
@@ -52,7 +53,7 @@ struct DTypeTotal {
 struct Totals {
     uint64_t tensors = 0, elements = 0, bytes = 0;
     std::vector<DTypeTotal> by_dtype;  // in order of first appearance
-    void add(const TensorInfo& t);
+    void add(const TensorInfo& t, uint64_t bytes);  // bytes: Checkpoint::tensor_bytes
 };
 
 struct OptimizerSummary {
@@ -71,6 +72,7 @@ struct InspectReport {
     std::vector<Hint> hints;
     std::vector<Warning> warnings;
     std::vector<GlobalVerdict> globals;  // the checkpoint's globals, judged by the options' policy, in order
+    std::vector<WeightsOnlyAnswer> weights_only;  // torch.load(weights_only=True) in torch 2.6, then 1.13
     Totals state_dict_totals, all_totals;
     uint64_t storage_bytes = 0;        // unique storages
     bool listed(const TensorRow& row) const;  // passes --keys

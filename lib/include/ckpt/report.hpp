@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/bytes.hpp"
+#include "ckpt/checkpoint.hpp"
 
 namespace ckpt {
 
@@ -26,6 +27,8 @@ std::string human_bytes(uint64_t bytes);
 std::string human_count(uint64_t n);
 // {64, 3, 7, 7} → "64×3×7×7"; {} → "()"
 std::string shape_text(const std::vector<int64_t>& shape);
+// A tensor's shape as a table shows it: "4×4 sparse_coo", "3×4 meta", "nested 2×3, 4×3", "8 qint8 per_tensor_affine".
+std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t);
 
 // ANSI colour for text reports, or nothing: paint("31", "text") is red when `on`.
 struct Paint {

@@ -1,0 +1,32 @@
+// Will `torch.load(path, weights_only=True)` load this file, and with which torch? (the default since
+// torch 2.6). Answered from the pickle as read, per release, by the rules of each release's own
+// restricted unpickler (torch/_weights_only_unpickler.py): the opcodes it implements, its allow-list
+// of globals, what it lets NEWOBJ make, and what torch.load does with the container.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace ckpt {
+
+struct WeightsOnlyBlocker {
+    std::string kind;     // "global", "opcode", "newobj", "persistent_id", "container", "import"
+    std::string name;     // the global ("argparse.Namespace"), the opcode ("FRAME") …
+    std::string message;  // the user's words: what torch does, and why
+    uint64_t offset = 0;  // where in the file it is first (0 when not a place in the pickle)
+};
+
+struct WeightsOnlyAnswer {
+    std::string torch;    // "2.6", "1.13"
+    bool applies = true;  // false: torch.load does not open this kind of file (safetensors, a folder …)
+    bool loads = false;
+    std::vector<WeightsOnlyBlocker> blockers;  // every reason it does not, each kind and name once
+    std::string fix;      // what to do: add_safe_globals([...]), convert --weights-only, a newer torch …
+};
+
+// The answers for torch 2.6 and torch 1.13, in that order.
+std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c);
+
+}  // namespace ckpt
