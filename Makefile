@@ -4,7 +4,7 @@ JOBS ?= 2
 PY := /usr/bin/python3
 DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
 
-.PHONY: all deps build test test-torch2 torch2-root demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
+.PHONY: all deps build test test-torch2 test-torch2-ci torch2-root demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
 all: build
 
@@ -41,6 +41,15 @@ torch2-root:
 
 test-torch2: deps build torch2-root
 	$(PY) tests/torch2/test_torch2.py --tool $(BUILD)/ckpt-tool --root $(TORCH2_ROOT)
+
+# CI's run of it (.ci/run): a root that cannot be built (the archive out of reach) is said loudly and
+# skipped; a test that fails fails the run.
+test-torch2-ci: deps build
+	@if $(MAKE) --no-print-directory torch2-root; then \
+	  $(PY) tests/torch2/test_torch2.py --tool $(BUILD)/ckpt-tool --root $(TORCH2_ROOT); \
+	else \
+	  echo "test-torch2: SKIPPED — the Debian 13 root could not be built (debootstrap failed; see above)"; \
+	fi
 
 # The main job on the shipped samples: what is inside, why it will not load into a plain model, the
 # repair. (diff-keys exits 1 when keys differ: that is the expected finding here.)

@@ -5,6 +5,7 @@ fixtures with real torch.save (and torch.distributed.checkpoint.save) and their 
 Prints JSON lines; exits 1 on any difference. Driven from outside by test_torch2.py."""
 import json
 import os
+import subprocess
 import sys
 import warnings
 
@@ -55,10 +56,120 @@ def write(d):
     import torch.distributed.checkpoint as dcp
     dcp.save({"model": m.state_dict(), "step": 5}, checkpoint_id=os.path.join(d, "dcp"))
     cases["dcp"] = True
+    write_exotic(d, save)
     print(json.dumps({"torch": torch.__version__, "written": sorted(cases)}))
 
 
+class WithConstant(nn.Module):
+    """A model whose export has a parameter, a buffer and a lifted constant tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("shift", torch.full((2,), 0.5))
+        self.table = torch.arange(3.0)
+
+    def forward(self, x):
+        return self.lin(x) + self.shift + self.table.sum()
+
+
+def write_exotic(d, save):
+    """Tensors that are not one plain view of a storage, as torch 2.6 saves them, and a torch.export
+    archive; exotic_truth.json says what torch 2.6 reads back (the torch2 corpus's rule and fields)."""
+    torch.manual_seed(1)
+    a = torch.randn(5, 6)
+    a[a.abs() < 0.7] = 0
+    base = torch.randn(3, 8, 2)
+    save("sparse.pt", {
+        "csr": a.to_sparse_csr(), "csc": a.to_sparse_csc(), "bsr": torch.randn(4, 6).to_sparse_bsr((2, 3)),
+        "bsc": torch.randn(4, 6).to_sparse_bsc((2, 3)), "hybrid": torch.randn(3, 4, 2).to_sparse(1),
+        "uncoalesced": torch.sparse_coo_tensor(torch.tensor([[0, 0, 1], [1, 1, 2]]), torch.tensor([1.0, 2.0, 3.0]), (2, 3)),
+        "complex": (torch.randn(3, 3, dtype=torch.complex64) * (torch.rand(3, 3) > 0.5)).to_sparse(),
+        "dense": torch.ones(2)})
+    save("nested.pt", {
+        "jagged": torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(5, 3), torch.randn(1, 3)], layout=torch.jagged),
+        "narrowed": torch.nested.narrow(base, 1, torch.tensor([0, 2, 1]), torch.tensor([3, 4, 5]), layout=torch.jagged),
+        "strided": torch.nested.nested_tensor([torch.randn(2, 2), torch.randn(3, 2)]),
+        "dense": torch.ones(2)})
+    x = torch.randn(4, 3)
+    save("quantized.pt", {
+        "per_channel": torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.double), torch.tensor([0, 1, 2, 3]), 0, torch.qint8),
+        "quint8": torch.quantize_per_tensor(x, 0.05, 10, torch.quint8),
+        "qint32": torch.quantize_per_tensor(x, 0.01, 0, torch.qint32)})
+    tagged = torch.randn(3)
+    tagged.tag = "ema"
+    p = nn.Parameter(torch.randn(2))
+    p.lr_scale = 0.5
+    save("attrs_ddp.pt", {"module.tagged": tagged, "module.scaled": p, "module.meta": torch.empty(2, 3, device="meta"),
+                          "module.plain": torch.arange(4.0)})
+    m = WithConstant()
+    torch.export.save(torch.export.export(m, (torch.randn(1, 3),)), os.path.join(d, "export.pt2"))
+    truth = {}
+    for name in ("sparse.pt", "nested.pt", "quantized.pt", "attrs_ddp.pt", "export.pt2"):
+        path = os.path.join(d, name)
+        if name.endswith(".pt2"):
+            ep = torch.export.load(path)
+            obj = dict(ep.state_dict)
+            obj.update(ep.constants)
+            loadable = None
+        else:
+            obj = torch.load(path, weights_only=False)
+            # weights_only in a fresh process: nothing imported beyond `import torch`
+            r = subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=True)", path],
+                               capture_output=True, text=True)
+            loadable = r.returncode == 0
+        tensors = {}
+        for k, t in obj.items():
+            e = {"dtype": str(t.dtype).replace("torch.", "")}
+            if t.is_nested:
+                parts = t.unbind()
+                e.update(nested=True, layout=str(t.layout).replace("torch.", ""), shapes=[list(c.shape) for c in parts])
+                e["mean"] = torch.cat([c.reshape(-1) for c in parts]).double().mean().item()
+            else:
+                e["shape"] = list(t.shape)
+                if t.is_sparse or t.layout != torch.strided:
+                    e["layout"] = str(t.layout).replace("torch.", "")
+                    dense = t.to_dense()
+                    e["mean"] = (torch.view_as_real(dense) if dense.is_complex() else dense).double().mean().item()
+                elif t.is_quantized:
+                    e.update(quantized=str(t.qscheme()).replace("torch.", ""), mean=None)
+                elif t.is_meta:
+                    e.update(device="meta", mean=None)
+                else:
+                    e["mean"] = t.double().mean().item() if t.numel() else None
+            e["abs_mean"] = None
+            tensors[k] = e
+        truth[name] = {"tensors": tensors, "weights_only_loadable": loadable,
+                       "attributes": {k: {a: repr(v) for a, v in vars(t).items()} for k, t in obj.items()
+                                      if not t.is_nested and vars(t)}}
+    with open(os.path.join(d, "exotic_truth.json"), "w") as f:
+        json.dump(truth, f)
+
+
 def same(a, b, where, bad):
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.is_nested or a.layout != torch.strided or a.is_quantized or a.is_meta):
+        # the tensors these are made of, and what the kind says about them
+        if (a.layout, a.is_nested, a.is_quantized, a.is_meta, a.dtype) != (b.layout, b.is_nested, b.is_quantized, b.is_meta, b.dtype):
+            bad.append("%s: %s vs %s" % (where, (a.layout, a.dtype, a.is_nested), (b.layout, b.dtype, b.is_nested)))
+        elif a.is_nested:
+            same(list(a.unbind()), list(b.unbind()), where, bad)
+        elif a.is_quantized:
+            same(a.int_repr(), b.int_repr(), where + ".int_repr", bad)
+            if a.qscheme() == torch.per_tensor_affine:
+                same((a.q_scale(), a.q_zero_point()), (b.q_scale(), b.q_zero_point()), where + ".qparams", bad)
+            else:
+                same(a.q_per_channel_scales(), b.q_per_channel_scales(), where + ".scales", bad)
+        elif a.is_meta:
+            if a.shape != b.shape:
+                bad.append("%s: meta %s vs %s" % (where, tuple(a.shape), tuple(b.shape)))
+        elif a.layout == torch.sparse_coo:
+            same(a._indices(), b._indices(), where + ".indices", bad)
+            same(a._values(), b._values(), where + ".values", bad)
+        else:
+            same(a.to_dense(), b.to_dense(), where + ".dense", bad)
+        return
+    if isinstance(a, torch.Tensor) and vars(a) != (vars(b) if isinstance(b, torch.Tensor) else None):
+        bad.append("%s: attributes %r vs %r" % (where, vars(a), vars(b) if isinstance(b, torch.Tensor) else b))
     if isinstance(a, torch.Tensor):
         if not isinstance(b, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride() and a.is_contiguous() != b.is_contiguous():
             bad.append("%s: %s %s vs %s" % (where, getattr(a, "dtype", type(a)), tuple(a.shape), getattr(b, "dtype", type(b))))
@@ -91,13 +202,15 @@ def check(d):
     "unordered": true when the output's format does not keep the order (safetensors sorts)}]. The
     output is loaded with weights_only=True where the input loads so (torch 2.6 refuses some files
     torch.save itself writes, e.g. pickle protocol 5's MEMOIZE and FRAME)."""
+    import torch._dynamo  # noqa: F401 - what torch asks before a weights_only load of nested jagged tensors
+    import torch.nested._internal.nested_tensor  # noqa: F401
     ok = True
     for c in json.load(open(os.path.join(d, "checks.json"))):
         out = os.path.join(d, c["output"])
         bad = []
         inp = os.path.join(d, c["input"])
         try:
-            input_wo = os.path.isdir(inp) or torch.load(inp, weights_only=True) is not None
+            input_wo = os.path.isdir(inp) or c["expect"] == "export" or torch.load(inp, weights_only=True) is not None
         except Exception:  # noqa: BLE001 - torch 2.6 refuses the input itself
             input_wo = False
         try:
@@ -106,7 +219,13 @@ def check(d):
             print(json.dumps({"output": c["output"], "ok": False, "error": "load (weights_only=%s): %s" % (input_wo, str(e)[-300:])}))
             ok = False
             continue
-        if c["expect"] == "dcp":
+        if c["expect"] == "export":
+            ep = torch.export.load(os.path.join(d, c["input"]))
+            want = dict(ep.state_dict)
+            want.update(ep.constants)
+            want = {k: v.detach() if isinstance(v, nn.Parameter) else v for k, v in want.items()}
+            got = {k: v.detach() if isinstance(v, nn.Parameter) else v for k, v in got.items()}
+        elif c["expect"] == "dcp":
             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
             ref = os.path.join(d, c["output"] + ".torch.pt")
             dcp_to_torch_save(os.path.join(d, c["input"]), ref)
