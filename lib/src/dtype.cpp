@@ -12,7 +12,7 @@ struct DTypeInfo {
     std::string_view storage_class;  // legacy typed storage class, "" if none
     bool floating;
 };
-constexpr std::array<DTypeInfo, 26> k_dtypes{{
+constexpr std::array<DTypeInfo, 33> k_dtypes{{
     {DType::float32, "float32", 4, "FloatStorage", true},
     {DType::float64, "float64", 8, "DoubleStorage", true},
     {DType::float16, "float16", 2, "HalfStorage", true},
@@ -38,6 +38,13 @@ constexpr std::array<DTypeInfo, 26> k_dtypes{{
     {DType::uint64, "uint64", 8, "", false},
     {DType::float8_e4m3fnuz, "float8_e4m3fnuz", 1, "", true},
     {DType::float8_e5m2fnuz, "float8_e5m2fnuz", 1, "", true},
+    {DType::bits8, "bits8", 1, "", false},
+    {DType::bits16, "bits16", 2, "", false},
+    {DType::bits1x8, "bits1x8", 1, "", false},
+    {DType::bits2x4, "bits2x4", 1, "", false},
+    {DType::bits4x2, "bits4x2", 1, "", false},
+    {DType::float8_e8m0fnu, "float8_e8m0fnu", 1, "", true},
+    {DType::float4_e2m1fn_x2, "float4_e2m1fn_x2", 1, "", false},
     {DType::untyped, "untyped", 1, "UntypedStorage", false},
 }};
 

@@ -70,6 +70,9 @@ double fnuz_to_double(uint8_t b, int man_bits, int bias) {
     return sign ? -v : v;
 }
 
+// torch.float8_e8m0fnu: an unsigned exponent alone, 2^(e - 127); 0xFF is NaN, there is no zero.
+double e8m0_to_double(uint8_t b) { return b == 0xff ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, static_cast<int>(b) - 127); }
+
 template <class T>
 T load(const uint8_t* p) {
     T v;
@@ -141,6 +144,15 @@ size_t decode_fnuz(const uint8_t* p, size_t n, double* out) {
     for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
     return n;
 }
+size_t decode_e8m0(const uint8_t* p, size_t n, double* out) {
+    static const auto table = [] {
+        std::array<double, 256> t{};
+        for (uint32_t i = 0; i < 256; ++i) t[i] = e8m0_to_double(static_cast<uint8_t>(i));
+        return t;
+    }();
+    for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
+    return n;
+}
 // Complex elements are (re, im) pairs: 2n parts in a row, as torch.view_as_real lays them out.
 template <Decoder Part>
 size_t decode_complex(const uint8_t* p, size_t n, double* out) {
@@ -157,6 +169,7 @@ Decoder decoder_for(DType d) {
         case DType::float8_e4m3fn: return decode_e4m3;
         case DType::float8_e4m3fnuz: return decode_fnuz<3, 8>;
         case DType::float8_e5m2fnuz: return decode_fnuz<2, 16>;
+        case DType::float8_e8m0fnu: return decode_e8m0;
         case DType::complex32: return decode_complex<decode_half>;
         case DType::complex64: return decode_complex<decode_float32>;
         case DType::complex128: return decode_complex<decode_as<double>>;

@@ -57,7 +57,7 @@ const std::pair<std::string_view, DType> k_names[] = {
         {"U32", DType::uint32},   {"I64", DType::int64},    {"U64", DType::uint64},
         {"F16", DType::float16},  {"BF16", DType::bfloat16}, {"F32", DType::float32},
         {"F64", DType::float64},  {"C64", DType::complex64}, {"F8_E4M3", DType::float8_e4m3fn},
-        {"F8_E5M2", DType::float8_e5m2}};
+        {"F8_E5M2", DType::float8_e5m2}, {"F8_E8M0", DType::float8_e8m0fnu}};
 }  // namespace
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {

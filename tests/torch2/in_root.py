@@ -102,10 +102,12 @@ def write_exotic(d, save):
     p.lr_scale = 0.5
     save("attrs_ddp.pt", {"module.tagged": tagged, "module.scaled": p, "module.meta": torch.empty(2, 3, device="meta"),
                           "module.plain": torch.arange(4.0)})
+    save("bits.pt", {n: torch.arange(8, dtype=torch.uint8).view(getattr(torch, n))
+                     for n in ("bits8", "bits1x8", "bits2x4", "bits4x2")} | {"bits16": torch.arange(4, dtype=torch.int16).view(torch.bits16)})
     m = WithConstant()
     torch.export.save(torch.export.export(m, (torch.randn(1, 3),)), os.path.join(d, "export.pt2"))
     truth = {}
-    for name in ("sparse.pt", "nested.pt", "quantized.pt", "attrs_ddp.pt", "export.pt2"):
+    for name in ("sparse.pt", "nested.pt", "quantized.pt", "attrs_ddp.pt", "export.pt2", "bits.pt"):
         path = os.path.join(d, name)
         if name.endswith(".pt2"):
             ep = torch.export.load(path)
@@ -135,6 +137,8 @@ def write_exotic(d, save):
                     e.update(quantized=str(t.qscheme()).replace("torch.", ""), mean=None)
                 elif t.is_meta:
                     e.update(device="meta", mean=None)
+                elif e["dtype"].startswith("bits"):  # raw bits: torch has no arithmetic on them
+                    e["mean"] = None
                 else:
                     e["mean"] = t.double().mean().item() if t.numel() else None
             e["abs_mean"] = None

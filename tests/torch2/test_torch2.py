@@ -89,7 +89,7 @@ def main():
                 failures.append("%s: torch 2.6's weights_only load %s, ckpt-tool says %s %s" % (name, t["weights_only_loadable"], a["loads"], a["blockers"]))
     tool_run("strip-prefix", os.path.join(d, "attrs_ddp.pt"), "-o", os.path.join(d, "attrs.plain.pt"))
     checks.append({"output": "attrs.plain.pt", "input": "attrs_ddp.pt", "expect": "strip:module."})
-    for name in ("sparse.pt", "nested.pt", "quantized.pt", "attrs_ddp.pt"):
+    for name in ("sparse.pt", "nested.pt", "quantized.pt", "attrs_ddp.pt", "bits.pt"):
         out = name.replace(".pt", ".conv.pt")
         tool_run("convert", os.path.join(d, name), "-o", os.path.join(d, out))
         checks.append({"output": out, "input": name, "expect": "same"})

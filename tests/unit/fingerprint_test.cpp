@@ -48,6 +48,22 @@ TEST_CASE("fingerprint: float8_e5m2 is float16's top byte: Inf and NaN included"
     CHECK(i.nan == 1);
 }
 
+TEST_CASE("fingerprint: float8_e8m0fnu is 2^(e - 127), 0xFF its NaN; bits dtypes are hashed, not summarised") {
+    // torch 2.7's MX scale format: 0x7f = 1, 0x80 = 2, 0x00 = 2^-127 (no zero, no sign)
+    TensorStats s = of(DType::float8_e8m0fnu, std::string("\x7f\x80\x00", 3), 3);
+    CHECK(*s.max == 2.0);
+    CHECK(*s.min == std::ldexp(1.0, -127));
+    CHECK(*s.mean == Approx((3.0 + std::ldexp(1.0, -127)) / 3));
+    CHECK(of(DType::float8_e8m0fnu, std::string("\xff", 1), 1).nan == 1);
+    for (DType d : {DType::bits8, DType::bits1x8, DType::bits2x4, DType::bits4x2, DType::float4_e2m1fn_x2}) {
+        TensorStats b = of(d, std::string("\x01\x02", 2), 2);
+        CHECK_FALSE(b.mean);
+        CHECK(b.hash == of(DType::bits8, std::string("\x01\x02", 2), 2).hash);
+        CHECK(dtype_from_name(dtype_name(d)) == d);
+    }
+    CHECK(dtype_size(DType::bits16) == 2);
+}
+
 TEST_CASE("fingerprint: float16 edges, empty and single tensors, hashes of equal bytes") {
     // 0x7bff = 65504, 0x0001 = 2^-24, 0x8000 = -0
     TensorStats h = of(DType::float16, std::string("\xff\x7b\x01\x00\x00\x80", 6), 3);

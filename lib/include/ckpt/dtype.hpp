@@ -15,6 +15,9 @@ enum class DType : uint8_t {
     float8_e4m3fn, float8_e5m2,
     uint16, uint32, uint64,
     float8_e4m3fnuz, float8_e5m2fnuz,  // torch 2.1's AMD float8s: no infinities, no -0, NaN is 0x80
+    bits8, bits16, bits1x8, bits2x4, bits4x2,  // raw bits: no arithmetic, hashed but not summarised
+    float8_e8m0fnu,    // torch 2.7's exponent-only scale format: 2^(e - 127), 0xFF is NaN
+    float4_e2m1fn_x2,  // torch 2.8's two float4s in a byte: an element is the byte (hashed, not summarised)
     untyped,  // torch.UntypedStorage before _rebuild_tensor_v3 says what the bytes are
 };
 
