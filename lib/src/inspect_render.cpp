@@ -164,14 +164,7 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
                            {"count", g.count}});
     }
     j["globals"] = std::move(globals);
-    nlohmann::json wo = nlohmann::json::array();
-    for (const WeightsOnlyAnswer& a : r.weights_only) {
-        nlohmann::json blockers = nlohmann::json::array();
-        for (const auto& b : a.blockers) blockers.push_back({{"kind", b.kind}, {"name", b.name}, {"message", b.message}});
-        wo.push_back({{"torch", a.torch}, {"applies", a.applies}, {"loads", a.applies ? nlohmann::json(a.loads) : nlohmann::json(nullptr)},
-                      {"blockers", std::move(blockers)}, {"fix", a.fix.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fix)}});
-    }
-    j["weights_only"] = std::move(wo);
+    j["weights_only"] = weights_only_json(r.weights_only);
 
     nlohmann::json optimizers = nlohmann::json::array();
     for (const auto& o : r.optimizers)
@@ -512,23 +505,9 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
     }
     if (skipped) out << paint("2", "… " + std::to_string(skipped) + " more values (--all lists every one)") << "\n";
 
-    // Will torch.load(weights_only=True) read it, per torch release, and what stops it.
     if (!r.weights_only.empty() && r.weights_only.front().applies) {
-        out << "\ntorch.load(weights_only=True):";
-        std::string fix;
-        for (size_t i = 0; i < r.weights_only.size(); ++i) {
-            const WeightsOnlyAnswer& a = r.weights_only[i];
-            out << (i ? ";" : "") << " torch " << a.torch << " " << (a.loads ? paint("32", "loads it") : paint("31", "refuses it"));
-            if (!a.loads) {
-                out << " (";
-                for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << a.blockers[k].name;
-                if (a.blockers.size() > 4) out << ", … " << a.blockers.size() - 4 << " more";
-                out << ")";
-                if (fix.empty()) fix = a.fix;
-            }
-        }
         out << "\n";
-        if (!fix.empty()) out << "  " << paint("2", "fix: " + fix) << "\n";
+        render_weights_only(r.weights_only, out, paint);
     }
 
     for (const auto& h : r.hints) {

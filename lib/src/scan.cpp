@@ -8,6 +8,7 @@
 
 #include "checkpoint_builder.hpp"
 #include "ckpt/bytes.hpp"
+#include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/safetensors.hpp"
@@ -285,7 +286,15 @@ ScanReport scan_bytes(ByteView f, const std::string& name, const ScanOptions& op
 ScanReport scan_file(const std::string& path, const ScanOptions& options) {
     try {
         MappedFile file(path);
-        return scan_bytes(file.view(), path, options);
+        ScanReport r = scan_bytes(file.view(), path, options);
+        if (r.format == "torch-zip" || r.format == "torchscript" || r.format == "legacy") {
+            try {  // read as torch.load would read it (its pickle only; nothing is called)
+                r.weights_only = weights_only_answers(*Checkpoint::open(path));
+            } catch (const Error&) {
+                // not readable as a checkpoint: no answer (the findings and notes say what is wrong)
+            }
+        }
+        return r;
     } catch (const Error& e) {
         if (e.path().empty()) throw e.with_path(path);
         throw;

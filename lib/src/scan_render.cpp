@@ -97,6 +97,7 @@ nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict) {
         for (const auto& n : r.notes)
             notes.push_back({{"kind", n.kind}, {"record", n.record}, {"offset", n.offset}, {"message", n.message}});
         f["notes"] = std::move(notes);
+        f["weights_only"] = weights_only_json(r.weights_only);
         f["dangerous"] = r.dangerous();
         f["unknown"] = r.unknown();
         dangerous += r.dangerous();
@@ -132,6 +133,10 @@ void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style,
     }
     if (u && !d)
         out << "  if these are classes you trust: --allow MODULE.NAME (or MODULE.*), or --allow-file FILE\n";
+    if (!r.weights_only.empty() && r.weights_only.front().applies) {
+        out << "  ";
+        render_weights_only(r.weights_only, out, paint);
+    }
 }
 
 std::vector<Annotation> github_annotations(const ScanReport& r) {

@@ -12,6 +12,7 @@
 #include "ckpt/weights_only.hpp"
 
 #include <algorithm>
+#include <ostream>
 
 #include "global_lists.hpp"
 #include "pickle_ops.hpp"
@@ -159,6 +160,35 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c) {
         out.push_back(std::move(a));
     }
     return out;
+}
+
+nlohmann::json weights_only_json(const std::vector<WeightsOnlyAnswer>& answers) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const WeightsOnlyAnswer& a : answers) {
+        nlohmann::json blockers = nlohmann::json::array();
+        for (const auto& b : a.blockers) blockers.push_back({{"kind", b.kind}, {"name", b.name}, {"message", b.message}});
+        out.push_back({{"torch", a.torch}, {"applies", a.applies}, {"loads", a.applies ? nlohmann::json(a.loads) : nlohmann::json(nullptr)},
+                       {"blockers", std::move(blockers)}, {"fix", a.fix.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.fix)}});
+    }
+    return out;
+}
+
+void render_weights_only(const std::vector<WeightsOnlyAnswer>& answers, std::ostream& out, const Paint& paint) {
+    if (answers.empty() || !answers.front().applies) return;
+    out << "torch.load(weights_only=True):";
+    std::string fix;
+    for (size_t i = 0; i < answers.size(); ++i) {
+        const WeightsOnlyAnswer& a = answers[i];
+        out << (i ? ";" : "") << " torch " << a.torch << " " << (a.loads ? paint("32", "loads it") : paint("31", "refuses it"));
+        if (a.loads) continue;
+        out << " (";
+        for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << a.blockers[k].name;
+        if (a.blockers.size() > 4) out << ", … " << a.blockers.size() - 4 << " more";
+        out << ")";
+        if (fix.empty()) fix = a.fix;
+    }
+    out << "\n";
+    if (!fix.empty()) out << "  " << paint("2", "fix: " + fix) << "\n";
 }
 
 }  // namespace ckpt

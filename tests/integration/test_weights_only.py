@@ -44,6 +44,11 @@ def answers(s, path):
         return None
     a = {x["torch"]: x for x in json.loads(r.stdout)["weights_only"]}
     s.check(set(a) == {"2.6", "1.13"}, "%s: answers for %s" % (path, list(a)))
+    r = s.run("scan", "--json", path)  # scan gives the same answers for a torch file, none for the rest
+    if s.check(r.returncode in (0, 1), "%s: scan exit %d %s" % (path, r.returncode, r.stderr.strip())):
+        got = json.loads(r.stdout)["files"][0]["weights_only"]
+        want = [x for x in json.loads(s.run("inspect", "--json", path).stdout)["weights_only"] if x["applies"]]
+        s.check(got == want, "%s: scan's weights_only %s, inspect's %s" % (path, got, want))
     for x in a.values():
         s.check(x["loads"] is True or not x["applies"] or (x["blockers"] and x["fix"]), "%s: torch %s refuses without a reason or a fix: %s" % (path, x["torch"], x))
     return a

@@ -29,6 +29,7 @@
 
 #include "ckpt/bytes.hpp"
 #include "ckpt/globals.hpp"
+#include "ckpt/weights_only.hpp"
 #include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
 
@@ -82,6 +83,9 @@ struct ScanReport {
     std::vector<ScannedGlobal> globals;
     std::vector<ScanFinding> findings;
     std::vector<ScanNote> notes;
+    // torch.load(weights_only=True) per torch release, for a file that reads as a torch checkpoint
+    // (empty for the rest, and for one that does not read: the findings say why)
+    std::vector<WeightsOnlyAnswer> weights_only;
     size_t dangerous() const;
     size_t unknown() const;
     bool clean() const { return findings.empty(); }

@@ -4,10 +4,14 @@
 // of globals, what it lets NEWOBJ make, and what torch.load does with the container.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 
@@ -28,5 +32,11 @@ struct WeightsOnlyAnswer {
 
 // The answers for torch 2.6 and torch 1.13, in that order.
 std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c);
+
+// As inspect --json and scan --json give them (docs/schema/inspect.schema.json "weights_only").
+nlohmann::json weights_only_json(const std::vector<WeightsOnlyAnswer>& answers);
+// "torch.load(weights_only=True): torch 2.6 loads it; torch 1.13 refuses it (BINFLOAT)" and the fix;
+// nothing where it does not apply.
+void render_weights_only(const std::vector<WeightsOnlyAnswer>& answers, std::ostream& out, const Paint& paint);
 
 }  // namespace ckpt
