@@ -352,8 +352,9 @@ std::optional<std::vector<int64_t>> small_ints(const Checkpoint& c, const Tensor
     if (!s.record_present || !r) return why = "its record " + s.record + " is missing", std::nullopt;
     RecordData data = c.record_data(*r);
     ByteView v = data.view();
-    if (t.numel && (static_cast<uint64_t>(t.storage_offset) + t.extent) * 8 > v.size)
-        return why = "its record " + s.record + " is too short", std::nullopt;
+    auto end = checked_add(static_cast<uint64_t>(t.storage_offset), t.extent);
+    auto bytes = end ? checked_mul(*end, uint64_t{8}) : std::nullopt;
+    if (t.numel && (!bytes || *bytes > v.size)) return why = "its record " + s.record + " is too short", std::nullopt;
     std::vector<int64_t> out;
     out.reserve(t.numel);
     std::vector<int64_t> at(t.shape.size(), 0);
@@ -370,6 +371,10 @@ std::optional<std::vector<int64_t>> small_ints(const Checkpoint& c, const Tensor
     }
     return out;
 }
+
+// A nested tensor's components each become a tensor of the table: a lying sizes tensor must not
+// make millions of them.
+constexpr size_t k_max_components = 1u << 20;
 
 // numel and extent of a view; false when a size or stride is negative or the counts overflow.
 bool count_view(TensorInfo& t) {
@@ -422,6 +427,10 @@ void Checkpoint::Builder::resolve_components() {
             const TensorInfo& sizes = c.m_tensors[e->parts[1].tensor];
             size_t count = sizes.shape.empty() ? 0 : static_cast<size_t>(sizes.shape[0]);
             size_t dims = sizes.shape.size() == 2 ? static_cast<size_t>(sizes.shape[1]) : 0;
+            if (count > k_max_components) {
+                fail(std::to_string(count) + " components, more than this reader takes (" + std::to_string(k_max_components) + ")");
+                continue;
+            }
             if (sizes.shape.size() > 2 || ints[0]->size() != count * dims || ints[1]->size() != count * dims || ints[2]->size() != count) {
                 fail("sizes, strides and offsets do not agree");
                 continue;
@@ -433,13 +442,17 @@ void Checkpoint::Builder::resolve_components() {
                 t.rebuild = base.rebuild;
                 t.shape.assign(ints[0]->begin() + k * dims, ints[0]->begin() + (k + 1) * dims);
                 t.stride.assign(ints[1]->begin() + k * dims, ints[1]->begin() + (k + 1) * dims);
-                t.storage_offset = base.storage_offset + (*ints[2])[k];
+                if (__builtin_add_overflow(base.storage_offset, (*ints[2])[k], &t.storage_offset)) t.storage_offset = -1;
                 comps.push_back(std::move(t));
             }
         } else {  // offsets [B + 1] (and lengths [B]) along values' ragged dimension
             const std::vector<int64_t>& off = *ints[0];
             size_t r = static_cast<size_t>(e->axis - 1);
             size_t count = off.empty() ? 0 : off.size() - 1;
+            if (count > k_max_components) {
+                fail(std::to_string(count) + " components, more than this reader takes (" + std::to_string(k_max_components) + ")");
+                continue;
+            }
             if (ints.size() > 1 && ints[1]->size() != count) {
                 fail("offsets and lengths do not agree");
                 continue;
@@ -451,8 +464,11 @@ void Checkpoint::Builder::resolve_components() {
                 t.rebuild = base.rebuild;
                 t.shape = base.shape;
                 t.stride = base.stride;
-                t.shape[r] = ints.size() > 1 ? (*ints[1])[k] : off[k + 1] - off[k];
-                t.storage_offset = base.storage_offset + off[k] * base.stride[r];
+                int64_t step = 0;
+                if ((ints.size() > 1 ? false : __builtin_sub_overflow(off[k + 1], off[k], &t.shape[r])) ||
+                    __builtin_mul_overflow(off[k], base.stride[r], &step) || __builtin_add_overflow(base.storage_offset, step, &t.storage_offset))
+                    t.storage_offset = -1;  // refused below
+                if (ints.size() > 1) t.shape[r] = (*ints[1])[k];
                 comps.push_back(std::move(t));
             }
         }

@@ -160,6 +160,81 @@ const Row k_rows[] = {
          p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().stop();
          return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
      }, 2, "malformed storage view"},
+    // torch 2.x's tensors made of others: a lie in any part is refused, never read past.
+    {"sparse, a layout that is not sparse",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "strided");
+         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
+         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 0, {3}, {1}).bytes());
+         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
+     }, 2, "is not a sparse layout"},
+    {"sparse COO, indices for 3 values and 2 values",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "sparse_coo");
+         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
+         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 0, {2}, {1}).bytes());
+         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
+     }, 2, "do not make a tensor of [4, 4]"},
+    {"sparse COO, values past their storage",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "sparse_coo");
+         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
+         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 1, {3}, {1}).bytes());
+         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
+     }, 2, "s.values (offset 1, spans 3 elements) runs past the end of storage 1"},
+    {"nested, a component past its buffer",
+     [](auto&) {
+         // sizes [[2, 3]], strides [[3, 1]], offsets [4] over a buffer of 6 floats
+         auto ints = [](std::vector<int64_t> v) { Bytes b; for (int64_t x : v) for (int i = 0; i < 8; ++i) b += char((uint64_t(x) >> (8 * i)) & 0xff); return b; };
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("n").global("torch._utils", "_rebuild_nested_tensor").mark();
+         p.raw(PickleBuilder().tensor("FloatStorage", "0", 6, 0, {6}, {1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "1", 2, 0, {1, 2}, {2, 1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "2", 2, 0, {1, 2}, {2, 1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "3", 1, 0, {1}, {1}).bytes());
+         p.tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}, {"1", ints({2, 3})}, {"2", ints({3, 1})}, {"3", ints({4})}});
+     }, 2, "n[0] (offset 4, spans 6 elements) runs past the end of storage 0"},
+    {"nested, sizes that do not agree with the offsets",
+     [](auto&) {
+         auto ints = [](std::vector<int64_t> v) { Bytes b; for (int64_t x : v) for (int i = 0; i < 8; ++i) b += char((uint64_t(x) >> (8 * i)) & 0xff); return b; };
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("n").global("torch._utils", "_rebuild_nested_tensor").mark();
+         p.raw(PickleBuilder().tensor("FloatStorage", "0", 6, 0, {6}, {1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "1", 2, 0, {1, 2}, {2, 1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "2", 2, 0, {1, 2}, {2, 1}).bytes());
+         p.raw(PickleBuilder().tensor("LongStorage", "3", 2, 0, {2}, {1}).bytes());
+         p.tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", floats(6)}, {"1", ints({2, 3})}, {"2", ints({3, 1})}, {"3", ints({0, 0})}});
+     }, 2, "sizes, strides and offsets do not agree"},
+    {"quantized, an unknown scheme",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("q").global("torch._utils", "_rebuild_qtensor").mark();
+         p.storage("QInt8Storage", "0", 4).integer(0).mark().integer(4).tuple().mark().integer(1).tuple();
+         p.mark().global("torch", "per_pixel_affine").integer(1).integer(0).tuple().newfalse();
+         p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {{"0", Bytes(4, '\0')}});
+     }, 2, "unknown quantization scheme torch.per_pixel_affine"},
+    {"an unknown tensor rebuild function",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("t").global("torch._utils", "_rebuild_tensor_v9").mark().integer(1).tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {});
+     }, 2, "tensors rebuilt by torch._utils._rebuild_tensor_v9 are not read"},
+    {"meta tensor with a negative size",
+     [](auto&) {
+         PickleBuilder p;
+         p.proto(2).empty_dict().str("m").global("torch._utils", "_rebuild_meta_tensor_no_storage").mark().global("torch", "float32");
+         p.mark().integer(-3).tuple().mark().integer(1).tuple().newfalse().tuple().reduce().setitem().stop();
+         return zip_of(p.bytes(), {});
+     }, 2, "negative size or stride"},
     {"legacy, posix.system payload",
      [](const std::string& marker) {
          PickleBuilder p;
