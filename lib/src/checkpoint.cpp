@@ -422,55 +422,44 @@ void Checkpoint::Builder::resolve_components() {
             continue;
         }
         const TensorInfo base = c.m_tensors[e->parts[0].tensor];
-        std::vector<TensorInfo> comps;
-        if (layout == Layout::nested) {  // sizes [n, d], strides [n, d], offsets [n]
-            const TensorInfo& sizes = c.m_tensors[e->parts[1].tensor];
-            size_t count = sizes.shape.empty() ? 0 : static_cast<size_t>(sizes.shape[0]);
-            size_t dims = sizes.shape.size() == 2 ? static_cast<size_t>(sizes.shape[1]) : 0;
-            if (count > k_max_components) {
-                fail(std::to_string(count) + " components, more than this reader takes (" + std::to_string(k_max_components) + ")");
-                continue;
-            }
-            if (sizes.shape.size() > 2 || ints[0]->size() != count * dims || ints[1]->size() != count * dims || ints[2]->size() != count) {
-                fail("sizes, strides and offsets do not agree");
-                continue;
-            }
-            for (size_t k = 0; k < count; ++k) {
-                TensorInfo t;
-                t.dtype = base.dtype;
-                t.storage = base.storage;
-                t.rebuild = base.rebuild;
+        // nested: sizes [n, d], strides [n, d], offsets [n]; jagged: offsets [B + 1] (and lengths [B])
+        // along values' ragged dimension
+        bool strided = layout == Layout::nested;
+        const TensorInfo& sizes = c.m_tensors[e->parts[1].tensor];
+        size_t count = strided ? (sizes.shape.empty() ? 0 : static_cast<size_t>(sizes.shape[0]))
+                               : (ints[0]->empty() ? 0 : ints[0]->size() - 1);
+        size_t dims = strided && sizes.shape.size() == 2 ? static_cast<size_t>(sizes.shape[1]) : 0;
+        if (count > k_max_components) {
+            fail(std::to_string(count) + " components, more than this reader takes (" + std::to_string(k_max_components) + ")");
+            continue;
+        }
+        if (strided ? sizes.shape.size() > 2 || ints[0]->size() != count * dims || ints[1]->size() != count * dims || ints[2]->size() != count
+                    : ints.size() > 1 && ints[1]->size() != count) {
+            fail(strided ? "sizes, strides and offsets do not agree" : "offsets and lengths do not agree");
+            continue;
+        }
+        std::vector<TensorInfo> comps(count);
+        for (size_t k = 0; k < count; ++k) {
+            TensorInfo& t = comps[k];
+            t.dtype = base.dtype;
+            t.storage = base.storage;
+            t.rebuild = base.rebuild;
+            bool overflow;
+            if (strided) {
                 t.shape.assign(ints[0]->begin() + k * dims, ints[0]->begin() + (k + 1) * dims);
                 t.stride.assign(ints[1]->begin() + k * dims, ints[1]->begin() + (k + 1) * dims);
-                if (__builtin_add_overflow(base.storage_offset, (*ints[2])[k], &t.storage_offset)) t.storage_offset = -1;
-                comps.push_back(std::move(t));
-            }
-        } else {  // offsets [B + 1] (and lengths [B]) along values' ragged dimension
-            const std::vector<int64_t>& off = *ints[0];
-            size_t r = static_cast<size_t>(e->axis - 1);
-            size_t count = off.empty() ? 0 : off.size() - 1;
-            if (count > k_max_components) {
-                fail(std::to_string(count) + " components, more than this reader takes (" + std::to_string(k_max_components) + ")");
-                continue;
-            }
-            if (ints.size() > 1 && ints[1]->size() != count) {
-                fail("offsets and lengths do not agree");
-                continue;
-            }
-            for (size_t k = 0; k < count; ++k) {
-                TensorInfo t;
-                t.dtype = base.dtype;
-                t.storage = base.storage;
-                t.rebuild = base.rebuild;
+                overflow = __builtin_add_overflow(base.storage_offset, (*ints[2])[k], &t.storage_offset);
+            } else {
+                const std::vector<int64_t>& off = *ints[0];
+                size_t r = static_cast<size_t>(e->axis - 1);
                 t.shape = base.shape;
                 t.stride = base.stride;
                 int64_t step = 0;
-                if ((ints.size() > 1 ? false : __builtin_sub_overflow(off[k + 1], off[k], &t.shape[r])) ||
-                    __builtin_mul_overflow(off[k], base.stride[r], &step) || __builtin_add_overflow(base.storage_offset, step, &t.storage_offset))
-                    t.storage_offset = -1;  // refused below
-                if (ints.size() > 1) t.shape[r] = (*ints[1])[k];
-                comps.push_back(std::move(t));
+                overflow = (ints.size() > 1 ? (t.shape[r] = (*ints[1])[k], false) : __builtin_sub_overflow(off[k + 1], off[k], &t.shape[r])) ||
+                           __builtin_mul_overflow(off[k], base.stride[r], &step) ||
+                           __builtin_add_overflow(base.storage_offset, step, &t.storage_offset);
             }
+            if (overflow) t.storage_offset = -1;  // refused below
         }
         uint64_t numel = 0;
         bool ok = true;

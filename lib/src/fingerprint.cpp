@@ -125,34 +125,19 @@ size_t decode_e5m2(const uint8_t* p, size_t n, double* out) {
     for (size_t i = 0; i < n; ++i) out[i] = t[static_cast<uint16_t>(p[i] << 8)];
     return n;
 }
-size_t decode_e4m3(const uint8_t* p, size_t n, double* out) {
+// A one-byte float type through a table of its 256 values.
+template <double (*Value)(uint8_t)>
+size_t decode_byte_table(const uint8_t* p, size_t n, double* out) {
     static const auto table = [] {
         std::array<double, 256> t{};
-        for (uint32_t i = 0; i < 256; ++i) t[i] = e4m3_to_double(static_cast<uint8_t>(i));
+        for (uint32_t i = 0; i < 256; ++i) t[i] = Value(static_cast<uint8_t>(i));
         return t;
     }();
     for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
     return n;
 }
 template <int ManBits, int Bias>
-size_t decode_fnuz(const uint8_t* p, size_t n, double* out) {
-    static const auto table = [] {
-        std::array<double, 256> t{};
-        for (uint32_t i = 0; i < 256; ++i) t[i] = fnuz_to_double(static_cast<uint8_t>(i), ManBits, Bias);
-        return t;
-    }();
-    for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
-    return n;
-}
-size_t decode_e8m0(const uint8_t* p, size_t n, double* out) {
-    static const auto table = [] {
-        std::array<double, 256> t{};
-        for (uint32_t i = 0; i < 256; ++i) t[i] = e8m0_to_double(static_cast<uint8_t>(i));
-        return t;
-    }();
-    for (size_t i = 0; i < n; ++i) out[i] = table[p[i]];
-    return n;
-}
+double fnuz_value(uint8_t b) { return fnuz_to_double(b, ManBits, Bias); }
 // Complex elements are (re, im) pairs: 2n parts in a row, as torch.view_as_real lays them out.
 template <Decoder Part>
 size_t decode_complex(const uint8_t* p, size_t n, double* out) {
@@ -166,10 +151,10 @@ Decoder decoder_for(DType d) {
         case DType::float16: return decode_half;
         case DType::bfloat16: return decode_bf16;
         case DType::float8_e5m2: return decode_e5m2;
-        case DType::float8_e4m3fn: return decode_e4m3;
-        case DType::float8_e4m3fnuz: return decode_fnuz<3, 8>;
-        case DType::float8_e5m2fnuz: return decode_fnuz<2, 16>;
-        case DType::float8_e8m0fnu: return decode_e8m0;
+        case DType::float8_e4m3fn: return decode_byte_table<e4m3_to_double>;
+        case DType::float8_e4m3fnuz: return decode_byte_table<fnuz_value<3, 8>>;
+        case DType::float8_e5m2fnuz: return decode_byte_table<fnuz_value<2, 16>>;
+        case DType::float8_e8m0fnu: return decode_byte_table<e8m0_to_double>;
         case DType::complex32: return decode_complex<decode_half>;
         case DType::complex64: return decode_complex<decode_float32>;
         case DType::complex128: return decode_complex<decode_as<double>>;

@@ -398,13 +398,20 @@ Value* TorchHooks::rebuild_nested(Value* made, const ValueList& a) {
         if (i > 0 && p.dtype != DType::int64) bad(made, what + ": " + std::string(k_names[i]) + " are not int64");
         e->parts.push_back({k_names[i], tensor_index(a[i])});
     }
-    const TensorInfo& buffer = m_tensors[e->parts[0].tensor];
+    return nested_value(made, "torch._utils._rebuild_nested_tensor", Layout::nested, std::move(e), false);
+}
+
+// A nested tensor over its first part (the buffer, or values): its dtype and storage; its components
+// are resolved once the records can be read.
+Value* TorchHooks::nested_value(Value* made, std::string_view rebuild, Layout layout, std::shared_ptr<TensorExtra> e, bool requires_grad) {
+    const TensorInfo& base = m_tensors[e->parts[0].tensor];
     TensorInfo t;
-    t.rebuild = "torch._utils._rebuild_nested_tensor";
-    t.dtype = buffer.dtype;
-    t.layout = Layout::nested;
-    t.storage = buffer.storage;
-    t.numel = buffer.numel;
+    t.rebuild = rebuild;
+    t.dtype = base.dtype;
+    t.layout = layout;
+    t.storage = base.storage;
+    t.numel = base.numel;
+    t.requires_grad = requires_grad;
     t.extra = std::move(e);
     return tensor_value(std::move(t), made);
 }
@@ -432,15 +439,8 @@ Value* TorchHooks::rebuild_jagged(Value* made, const Value* kw) {
     if (ragged < 1 || static_cast<size_t>(ragged) > v.shape.size())
         bad(made, what + ": ragged dimension " + std::to_string(ragged) + " does not fit values of " + shape_text(v.shape));
     e->axis = ragged;
-    TensorInfo t;
-    t.rebuild = "torch.nested._internal.nested_tensor._rebuild_njt";
-    t.dtype = v.dtype;
-    t.layout = Layout::jagged;
-    t.storage = v.storage;
-    t.numel = v.numel;
-    if (const Value* rg = kw->get("requires_grad"); rg && is_int(rg)) t.requires_grad = rg->i != 0;
-    t.extra = std::move(e);
-    return tensor_value(std::move(t), made);
+    const Value* rg = kw->get("requires_grad");
+    return nested_value(made, "torch.nested._internal.nested_tensor._rebuild_njt", Layout::jagged, std::move(e), rg && is_int(rg) && rg->i);
 }
 
 // _rebuild_from_type_v2(func, new_type, args, state): func(*args) made a subclass instance whose

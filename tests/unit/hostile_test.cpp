@@ -47,6 +47,33 @@ Bytes one_tensor_zip(int64_t numel, int64_t offset, const std::vector<int64_t>& 
     return zip_of(p.bytes(), {{"0", floats(6)}});
 }
 bool exists(const std::string& p) { struct stat st; return ::stat(p.c_str(), &st) == 0; }
+Bytes int64s(const std::vector<int64_t>& v) {
+    Bytes b;
+    for (int64_t x : v)
+        for (int i = 0; i < 8; ++i) b += char((uint64_t(x) >> (8 * i)) & 0xff);
+    return b;
+}
+// {"s": _rebuild_sparse_tensor(torch.LAYOUT, (indices [2, 3], values at `offset` of `shape` over 3
+// floats, size (4, 4)))}
+Bytes sparse_zip(const std::string& layout, int64_t offset, const std::vector<int64_t>& shape) {
+    PickleBuilder p;
+    p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", layout);
+    p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
+    p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, offset, shape, {1}).bytes());
+    p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
+    return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
+}
+// {"n": _rebuild_nested_tensor(a buffer of 6 floats, sizes [[2, 3]], strides [[3, 1]], `offsets`)}
+Bytes nested_zip(const std::vector<int64_t>& offsets) {
+    PickleBuilder p;
+    p.proto(2).empty_dict().str("n").global("torch._utils", "_rebuild_nested_tensor").mark();
+    p.raw(PickleBuilder().tensor("FloatStorage", "0", 6, 0, {6}, {1}).bytes());
+    p.raw(PickleBuilder().tensor("LongStorage", "1", 2, 0, {1, 2}, {2, 1}).bytes());
+    p.raw(PickleBuilder().tensor("LongStorage", "2", 2, 0, {1, 2}, {2, 1}).bytes());
+    p.raw(PickleBuilder().tensor("LongStorage", "3", int64_t(offsets.size()), 0, {int64_t(offsets.size())}, {1}).bytes());
+    p.tuple().reduce().setitem().stop();
+    return zip_of(p.bytes(), {{"0", floats(6)}, {"1", int64s({2, 3})}, {"2", int64s({3, 1})}, {"3", int64s(offsets)}});
+}
 
 struct Row {
     const char* name;
@@ -161,58 +188,15 @@ const Row k_rows[] = {
          return testing::legacy_file(p.bytes(), {{"0", 6, floats(6)}});
      }, 2, "malformed storage view"},
     // torch 2.x's tensors made of others: a lie in any part is refused, never read past.
-    {"sparse, a layout that is not sparse",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "strided");
-         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
-         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 0, {3}, {1}).bytes());
-         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
-         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
-     }, 2, "is not a sparse layout"},
-    {"sparse COO, indices for 3 values and 2 values",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "sparse_coo");
-         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
-         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 0, {2}, {1}).bytes());
-         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
-         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
-     }, 2, "do not make a tensor of [4, 4]"},
-    {"sparse COO, values past their storage",
-     [](auto&) {
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("s").global("torch._utils", "_rebuild_sparse_tensor").mark().global("torch", "sparse_coo");
-         p.mark().raw(PickleBuilder().tensor("LongStorage", "0", 6, 0, {2, 3}, {3, 1}).bytes());
-         p.raw(PickleBuilder().tensor("FloatStorage", "1", 3, 1, {3}, {1}).bytes());
-         p.mark().integer(4).integer(4).tuple().tuple().tuple().reduce().setitem().stop();
-         return zip_of(p.bytes(), {{"0", Bytes(48, '\0')}, {"1", floats(3)}});
-     }, 2, "s.values (offset 1, spans 3 elements) runs past the end of storage 1"},
-    {"nested, a component past its buffer",
-     [](auto&) {
-         // sizes [[2, 3]], strides [[3, 1]], offsets [4] over a buffer of 6 floats
-         auto ints = [](std::vector<int64_t> v) { Bytes b; for (int64_t x : v) for (int i = 0; i < 8; ++i) b += char((uint64_t(x) >> (8 * i)) & 0xff); return b; };
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("n").global("torch._utils", "_rebuild_nested_tensor").mark();
-         p.raw(PickleBuilder().tensor("FloatStorage", "0", 6, 0, {6}, {1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "1", 2, 0, {1, 2}, {2, 1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "2", 2, 0, {1, 2}, {2, 1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "3", 1, 0, {1}, {1}).bytes());
-         p.tuple().reduce().setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}, {"1", ints({2, 3})}, {"2", ints({3, 1})}, {"3", ints({4})}});
-     }, 2, "n[0] (offset 4, spans 6 elements) runs past the end of storage 0"},
-    {"nested, sizes that do not agree with the offsets",
-     [](auto&) {
-         auto ints = [](std::vector<int64_t> v) { Bytes b; for (int64_t x : v) for (int i = 0; i < 8; ++i) b += char((uint64_t(x) >> (8 * i)) & 0xff); return b; };
-         PickleBuilder p;
-         p.proto(2).empty_dict().str("n").global("torch._utils", "_rebuild_nested_tensor").mark();
-         p.raw(PickleBuilder().tensor("FloatStorage", "0", 6, 0, {6}, {1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "1", 2, 0, {1, 2}, {2, 1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "2", 2, 0, {1, 2}, {2, 1}).bytes());
-         p.raw(PickleBuilder().tensor("LongStorage", "3", 2, 0, {2}, {1}).bytes());
-         p.tuple().reduce().setitem().stop();
-         return zip_of(p.bytes(), {{"0", floats(6)}, {"1", ints({2, 3})}, {"2", ints({3, 1})}, {"3", ints({0, 0})}});
-     }, 2, "sizes, strides and offsets do not agree"},
+    {"sparse, a layout that is not sparse", [](auto&) { return sparse_zip("strided", 0, {3}); }, 2, "is not a sparse layout"},
+    {"sparse COO, indices for 3 values and 2 values", [](auto&) { return sparse_zip("sparse_coo", 0, {2}); }, 2,
+     "do not make a tensor of [4, 4]"},
+    {"sparse COO, values past their storage", [](auto&) { return sparse_zip("sparse_coo", 1, {3}); }, 2,
+     "s.values (offset 1, spans 3 elements) runs past the end of storage 1"},
+    {"nested, a component past its buffer", [](auto&) { return nested_zip({4}); }, 2,
+     "n[0] (offset 4, spans 6 elements) runs past the end of storage 0"},
+    {"nested, sizes that do not agree with the offsets", [](auto&) { return nested_zip({0, 0}); }, 2,
+     "sizes, strides and offsets do not agree"},
     {"quantized, an unknown scheme",
      [](auto&) {
          PickleBuilder p;
