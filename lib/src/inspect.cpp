@@ -1,5 +1,6 @@
 #include "ckpt/inspect.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -146,6 +147,22 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
                                "` shows the merged model",
                            "ckpt-tool merge " + shell_quote(dir) + " -o model.pth"});
     if (!dist_hint.kind.empty()) r.hints.push_back({dist_hint.kind, "this file " + dist_hint.message, ""});
+    // Storages saved on an accelerator: torch.load puts them back there, and fails where there is none.
+    std::vector<std::string> devices;
+    size_t on_device = 0;
+    for (const StorageInfo& s : c.storages())
+        if (!s.location.empty() && s.location != "cpu") {
+            ++on_device;
+            if (std::find(devices.begin(), devices.end(), s.location) == devices.end()) devices.push_back(s.location);
+        }
+    if (on_device) {
+        std::string where;
+        for (size_t i = 0; i < devices.size() && i < 4; ++i) where += (i ? ", " : "") + devices[i];
+        r.hints.push_back({"device_storages", std::to_string(on_device) + " of " + std::to_string(c.storages().size()) +
+                                                  " storages were saved on " + where +
+                                                  ": on a machine without that device, torch.load needs map_location=\"cpu\" (with "
+                                                  "weights_only or without)", ""});
+    }
     if (c.state_dict().kind == StateDictKind::none && !r.tensors.empty())
         r.hints.push_back({"no_state_dict",
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});

@@ -1,5 +1,5 @@
 // The legacy format (torch < 1.6, or torch.save(..., _use_new_zipfile_serialization=False)): pickles
-// back to back — the magic number, the protocol version 1001, a sys_info dict (byte order and type
+// (of any protocol torch.save was given) back to back — the magic number, the protocol version 1001, a sys_info dict (byte order and type
 // sizes), the object itself (storages as persistent ids ('storage', class, key, location, numel,
 // view_metadata)), the list of storage keys — then for each key in that order an int64 element count
 // in the writer's byte order and the storage's raw bytes. Only the pickles and the 8-byte counts are
@@ -29,6 +29,9 @@ constexpr int64_t k_protocol_version = 1001;
 }  // namespace
 
 bool sniff_legacy(ByteView file) {
+    // Protocol 0 and 1 (torch.save(..., pickle_protocol=1)) write the magic number as LONG text.
+    constexpr std::string_view k_text_magic = "L119547037146038801333356L\n";
+    if (file.size >= k_text_magic.size() && std::memcmp(file.data, k_text_magic.data(), k_text_magic.size()) == 0) return true;
     // PROTO 2..5, an optional FRAME, then LONG1 of the 10-byte magic number.
     if (file.size < 14 || file.data[0] != 0x80 || file.data[1] < 2 || file.data[1] > 5) return false;
     uint64_t at = 2;

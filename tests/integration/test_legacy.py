@@ -272,10 +272,26 @@ def test_storage_views(s):
             "storage views: a slice past its storage: exit %d %s" % (r.returncode, r.stderr.strip()))
 
 
+def test_old_protocols(s):
+    """torch.save(..., pickle_protocol=1) in the legacy format: the magic number is LONG text, every
+    pickle protocol 1's opcodes (gopickle's test files are such). (Protocol 0 writes persistent ids
+    as text, which torch.load itself does not read back.)"""
+    obj = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.tensor([1, 2], dtype=torch.int64), "h": torch.ones(3, dtype=torch.bfloat16)}
+    for proto in (1,):
+        path = s.path("proto%d.legacy.pt" % proto)
+        torch.save(obj, path, _use_new_zipfile_serialization=False, pickle_protocol=proto)
+        compare_inspect(s, "protocol %d" % proto, path, torch.load(path))
+        r = s.run("verify", path, "--json")
+        if s.check(r.returncode == 0, "protocol %d: verify exit %d %s" % (proto, r.returncode, r.stderr.strip())):
+            means = {t["key"]: t["mean"] for t in json.loads(r.stdout)["tensors"]}
+            s.check(all(abs(means[k] - v.double().mean().item()) < 1e-9 for k, v in obj.items()), "protocol %d: means %s" % (proto, means))
+
+
 def main():
     def body(s, _args):
         test_legacy(s)
         test_storage_views(s)
+        test_old_protocols(s)
     return suite_main(body)
 
 

@@ -105,6 +105,16 @@ def test_crc_off(s, tool):
                 "%s: exit %d, records_without_crc %s (%s)" % (name, rc, j and j.get("records_without_crc"), err))
 
 
+def test_device_hint(s, tool):
+    # storages tagged cuda:0: torch.load needs map_location on a machine without CUDA; inspect says so
+    rc, j, err = run_json(tool, "inspect", "--json", os.path.join(CORPUS, "cuda_loc_a.pt"))
+    hints = {h["kind"]: h["message"] for h in (j or {}).get("hints", [])}
+    s.check(rc == 0 and "cuda:0" in hints.get("device_storages", "") and "map_location" in hints.get("device_storages", ""),
+            "cuda_loc_a.pt: hints %s (%s)" % (hints, err))
+    rc, j, err = run_json(tool, "inspect", "--json", os.path.join(CORPUS, "cnn_sd_a.pt"))
+    s.check(rc == 0 and all(h["kind"] != "device_storages" for h in j["hints"]), "cnn_sd_a.pt: a device hint on a CPU file")
+
+
 def main():
     if not os.path.isdir(CORPUS):
         print("skipped: %s is not here" % CORPUS)
@@ -113,6 +123,7 @@ def main():
     def body(s, args):
         test_corpus(s, s.tool)
         test_crc_off(s, s.tool)
+        test_device_hint(s, s.tool)
     return suite_main(body)
 
 
