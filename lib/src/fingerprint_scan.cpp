@@ -4,7 +4,6 @@
 #include <cmath>
 #include <exception>
 #include <functional>
-#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>

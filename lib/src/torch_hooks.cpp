@@ -227,7 +227,8 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
     if (!m_view_of.empty())
         if (auto it = m_view_of.find(a[0]); it != m_view_of.end()) {  // a slice of torch < 0.4: offsets are the slice's
             const StorageView& v = *it->second;
-            if (t.numel && static_cast<uint64_t>(t.storage_offset) + t.extent > v.numel)
+            auto end = checked_add(static_cast<uint64_t>(t.storage_offset), t.extent);
+            if (t.numel && (!end || *end > v.numel))
                 bad(made, std::string(name) + ": the tensor runs past the end of its storage slice (" + std::to_string(v.numel) +
                               " elements)");
             t.storage_offset += static_cast<int64_t>(v.offset);
