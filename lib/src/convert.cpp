@@ -432,8 +432,7 @@ ConvertReport convert(const ConvertRequest& rq) {
         }
         text += '}';
         text.append((8 - text.size() % 8) % 8, ' ');
-        std::string prefix(8, '\0');
-        for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+        std::string prefix = le_bytes(text.size(), 8);
 
         files.push_back(std::make_unique<AtomicFile>(paths[n]));
         AtomicFile& out = *files.back();

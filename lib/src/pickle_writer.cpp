@@ -1,5 +1,7 @@
 #include "ckpt/pickle_writer.hpp"
 
+#include "ckpt/bytes.hpp"
+
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,9 +17,7 @@ public:
     std::string out;
 
     void op(char c) { out += c; }
-    void u32(uint32_t v) {
-        for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-    }
+    void u32(uint32_t v) { append_le(out, v, 4); }
     // Every value torch.save memoizes gets a BINPUT / LONG_BINPUT, as pickle's memo does.
     void put() {
         if (m_memo < 256) {
@@ -66,15 +66,12 @@ public:
             out += static_cast<char>(v);
         } else if (v >= 0 && v < 65536) {
             op('M');
-            out += static_cast<char>(v & 0xff);
-            out += static_cast<char>(v >> 8);
+            append_le(out, static_cast<uint64_t>(v), 2);
         } else if (v >= INT32_MIN && v <= INT32_MAX) {
             op('J');
             u32(static_cast<uint32_t>(v));
         } else {  // LONG1: little-endian two's complement, shortest form
-            std::string bytes;
-            uint64_t u = static_cast<uint64_t>(v);
-            for (int i = 0; i < 8; ++i) bytes += static_cast<char>((u >> (8 * i)) & 0xff);
+            std::string bytes = le_bytes(static_cast<uint64_t>(v), 8);
             while (bytes.size() > 1 && ((bytes.back() == 0 && !(bytes[bytes.size() - 2] & 0x80)) ||
                                         (bytes.back() == '\xff' && (bytes[bytes.size() - 2] & 0x80))))
                 bytes.pop_back();

@@ -47,9 +47,7 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
 }
 
 std::string binunicode(std::string_view s) {
-    std::string op = "X";
-    uint64_t n = s.size();
-    for (int i = 0; i < 4; ++i) op += static_cast<char>((n >> (8 * i)) & 0xff);
+    std::string op = "X" + le_bytes(s.size(), 4);
     op += s;
     return op;
 }

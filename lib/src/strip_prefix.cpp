@@ -255,8 +255,7 @@ uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, 
                            {"data_offsets", {t.begin - buffer, t.end - buffer}}});
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
-    std::string prefix(8, '\0');
-    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    std::string prefix = le_bytes(text.size(), 8);
     write_all(fd, prefix.data(), 8, 0, target);
     write_all(fd, text.data(), text.size(), 8, target);
     copy_range(c.file().fd(), buffer, fd, 8 + text.size(), file.size - buffer, target);

@@ -11,18 +11,9 @@ namespace {
 
 constexpr uint32_t k_u32_max = std::numeric_limits<uint32_t>::max();
 
-void put16(std::string& b, uint64_t v) {
-    b += static_cast<char>(v & 0xff);
-    b += static_cast<char>((v >> 8) & 0xff);
-}
-void put32(std::string& b, uint64_t v) {
-    put16(b, v & 0xffff);
-    put16(b, (v >> 16) & 0xffff);
-}
-void put64(std::string& b, uint64_t v) {
-    put32(b, v & 0xffffffffu);
-    put32(b, v >> 32);
-}
+void put16(std::string& b, uint64_t v) { append_le(b, v, 2); }
+void put32(std::string& b, uint64_t v) { append_le(b, v, 4); }
+void put64(std::string& b, uint64_t v) { append_le(b, v, 8); }
 
 }  // namespace
 

@@ -113,4 +113,15 @@ private:
     uint64_t m_pos = 0;
 };
 
+// The writing side: the low `n` bytes of `v`, little-endian, appended to `out` (zip headers, pickle
+// arguments, the safetensors header length). One encoder for every writer.
+inline void append_le(std::string& out, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline std::string le_bytes(uint64_t v, int n) {
+    std::string out;
+    append_le(out, v, n);
+    return out;
+}
+
 }  // namespace ckpt
