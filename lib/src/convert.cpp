@@ -511,10 +511,7 @@ uint64_t parse_size(const std::string& text) {
 }
 
 nlohmann::json to_json(const ConvertReport& r) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "convert";
+    nlohmann::json j = report_head("convert");
     j["input"] = r.input;
     j["outputs"] = r.outputs;
     j["format"] = r.format;

@@ -271,10 +271,7 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
 }
 
 nlohmann::json to_json(const KeyDiff& d) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "diff-keys";
+    nlohmann::json j = report_head("diff-keys");
     j["file"] = d.file;
     j["reference"] = d.reference;
     j["match"] = d.match();

@@ -320,10 +320,7 @@ nlohmann::json stats_json(const TensorStats& s) {
 }
 
 nlohmann::json to_json(const Fingerprint& f) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "fingerprint";
+    nlohmann::json j = report_head("fingerprint");
     j["file"] = f.file;
     j["file_size"] = f.file_size;
     j["scope"] = f.scope;

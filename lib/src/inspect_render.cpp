@@ -96,10 +96,7 @@ nlohmann::json tensor_json(const Checkpoint& c, const TensorRow& row) {
 // Everything but the elements of "tensors" and "storages", which `with_arrays` leaves empty.
 nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
     const Checkpoint& c = *r.checkpoint;
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "inspect";
+    nlohmann::json j = report_head("inspect");
     j["file"] = c.path();
     j["file_size"] = c.file_size();
     j["format"] = format_name(c.format());

@@ -136,10 +136,7 @@ MergeReport merge(const MergeRequest& rq) {
 }
 
 nlohmann::json to_json(const MergeReport& r) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "merge";
+    nlohmann::json j = report_head("merge");
     j["input"] = r.input;
     j["output"] = r.output;
     if (r.dist) {

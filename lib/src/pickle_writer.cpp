@@ -1,11 +1,10 @@
 #include "ckpt/pickle_writer.hpp"
 
-#include "ckpt/bytes.hpp"
-
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ckpt/bytes.hpp"
 #include "ckpt/error.hpp"
 
 namespace ckpt {

@@ -18,6 +18,14 @@ const char* tool_version() { return CKPT_VERSION; }
 
 nlohmann::json tool_json() { return {{"name", "ckpt-tool"}, {"version", tool_version()}}; }
 
+nlohmann::json report_head(const char* command) {
+    nlohmann::json j;
+    j["schema_version"] = k_schema_version;
+    j["tool"] = tool_json();
+    j["command"] = command;
+    return j;
+}
+
 std::string human_bytes(uint64_t bytes) {
     static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     if (bytes < 1024) return std::to_string(bytes) + " B";

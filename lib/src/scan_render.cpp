@@ -67,10 +67,7 @@ std::string rule_id(const ScanFinding& f) {
 }  // namespace
 
 nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "scan";
+    nlohmann::json j = report_head("scan");
     j["strict"] = strict;
     nlohmann::json files = nlohmann::json::array();
     size_t dangerous = 0, unknown = 0;

@@ -436,10 +436,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
 }
 
 nlohmann::json to_json(const StripPrefixReport& r) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "strip-prefix";
+    nlohmann::json j = report_head("strip-prefix");
     j["file"] = r.file;
     j["output"] = r.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.output);
     j["dry_run"] = r.dry_run;

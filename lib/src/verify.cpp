@@ -431,10 +431,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
 }
 
 nlohmann::json to_json(const VerifyReport& r) {
-    nlohmann::json j;
-    j["schema_version"] = k_schema_version;
-    j["tool"] = tool_json();
-    j["command"] = "verify";
+    nlohmann::json j = report_head("verify");
     j["file"] = r.file;
     j["reference"] = r.reference ? nlohmann::json(*r.reference) : nlohmann::json(nullptr);
     j["ok"] = r.ok();

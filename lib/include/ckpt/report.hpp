@@ -20,6 +20,8 @@ const char* tool_version();
 
 // {"name": "ckpt-tool", "version": "…"}
 nlohmann::json tool_json();
+// What every --json report opens with: {"schema_version", "tool", "command"}; the command adds the rest.
+nlohmann::json report_head(const char* command);
 
 // 1536 → "1.5 KiB"; bytes below 1 KiB as "123 B".
 std::string human_bytes(uint64_t bytes);
