@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& t : c->tensors()) elements += t.numel > k_max_elements ? k_max_elements + 1 : t.numel;
     if (c->problems().empty() && elements <= k_max_elements) {
         try {
-            ckpt::ScanOptions o;
+            ckpt::FingerprintOptions o;
             o.all = true;
             o.check_crc = true;
             o.threads = 1;

@@ -155,7 +155,7 @@ std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const Atomi
     }
 }
 
-SourceHashes::SourceHashes(const Checkpoint& c, ScanOptions options, bool start) : m_checkpoint(c), m_options(std::move(options)) {
+SourceHashes::SourceHashes(const Checkpoint& c, FingerprintOptions options, bool start) : m_checkpoint(c), m_options(std::move(options)) {
     if (!start) return;
     if (std::any_of(c.records().begin(), c.records().end(), [](const RecordInfo& r) { return !r.pieces.empty(); })) {
         m_offered = true;
@@ -163,7 +163,7 @@ SourceHashes::SourceHashes(const Checkpoint& c, ScanOptions options, bool start)
             m_tensors_of_record[c.storages()[c.tensors()[t].storage].record].push_back(t);
         return;
     }
-    ScanOptions o = m_options;
+    FingerprintOptions o = m_options;
     o.threads = 1;  // the other core is copying
     o.progress = [this](uint64_t, uint64_t) {
         if (m_cancel) throw Error(ErrorKind::io, m_checkpoint.path(), "cancelled");
@@ -190,7 +190,7 @@ const Fingerprint& SourceHashes::get() {
     if (m_thread.joinable()) m_thread.join();
     if (m_error) std::rethrow_exception(m_error);
     if (!m_fingerprint) {
-        ScanOptions o = m_options;
+        FingerprintOptions o = m_options;
         if (m_offered)
             o.known = [this](size_t t, TensorStats& out) {
                 auto it = m_known.find(t);
@@ -223,7 +223,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
     if (!rq.verify) return;
     auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
     std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
-    ScanOptions so;
+    FingerprintOptions so;
     so.hash_only = true;  // equal hashes are the test; the statistics would double the cost
     Fingerprint got = fingerprint(*back, so);
     const Fingerprint& want = source_hashes.get();
@@ -393,7 +393,7 @@ ConvertReport convert(const ConvertRequest& rq) {
     std::unordered_map<std::string_view, size_t> shard_of;  // names of the (no longer moved) plans
     std::vector<std::unique_ptr<AtomicFile>> files;
     uint64_t written = 0;
-    ScanOptions hashes;
+    FingerprintOptions hashes;
     hashes.hash_only = true;  // equal hashes are the read-back's test; the statistics would double the cost
     SourceHashes source(*c, hashes, rq.verify);
     for (size_t n = 0; n < shards.size(); ++n) {

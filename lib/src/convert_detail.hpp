@@ -50,7 +50,7 @@ std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const Atomi
 // hands each gathered record to offer() instead, and get() reads only what was not offered.
 class SourceHashes {
 public:
-    SourceHashes(const Checkpoint& c, ScanOptions options, bool start);
+    SourceHashes(const Checkpoint& c, FingerprintOptions options, bool start);
     ~SourceHashes();
     SourceHashes(const SourceHashes&) = delete;
     SourceHashes& operator=(const SourceHashes&) = delete;
@@ -61,7 +61,7 @@ public:
 
 private:
     const Checkpoint& m_checkpoint;
-    ScanOptions m_options;
+    FingerprintOptions m_options;
     bool m_offered = false;                                     // a merged view: offer() hashes
     std::unordered_map<std::string_view, std::vector<size_t>> m_tensors_of_record;
     std::unordered_map<size_t, TensorStats> m_known;

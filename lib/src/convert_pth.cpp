@@ -157,7 +157,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     for (uint64_t s : sizes) total += s;
     std::vector<std::unique_ptr<AtomicFile>> files;
     std::vector<std::pair<std::string, std::string>> weight_map;
-    ScanOptions hashes;
+    FingerprintOptions hashes;
     hashes.hash_only = true;
     SourceHashes source(c, hashes, rq.verify);
     for (size_t n = 0; n < count; ++n) {
@@ -204,7 +204,7 @@ void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out
         if (a.tensor) tensor_of.emplace(a.key, *a.tensor);
         else if (repr(a.value, 256) != repr(b.value, 256)) fail(a.key + " differs");
     }
-    ScanOptions so;
+    FingerprintOptions so;
     so.all = true;
     so.hash_only = true;
     Fingerprint got = fingerprint(*back, so);
@@ -250,7 +250,7 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     for (const auto& [s, to] : retype) cast_record.emplace(c.storages()[s].record, s);
     uint64_t total = 0, done = 0;
     for (const auto& rec : c.records()) total += rec.size;
-    ScanOptions hashes;
+    FingerprintOptions hashes;
     hashes.all = true;
     hashes.hash_only = true;
     SourceHashes source(c, hashes, rq.verify);
@@ -338,7 +338,7 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
         total += st.record_size;
     }
     check_absent({rq.output}, rq.force);
-    ScanOptions hashes;
+    FingerprintOptions hashes;
     hashes.hash_only = true;
     hashes.all = true;  // by path in the tree
     SourceHashes source(c, hashes, rq.verify);

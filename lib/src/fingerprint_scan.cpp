@@ -71,7 +71,7 @@ std::optional<uint64_t> file_read_offset(const Checkpoint& c, const WorkItem& w,
 
 }  // namespace
 
-Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& o) {
+Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     if (c.byteorder() == "big")
         throw Error(ErrorKind::unsupported, c.path(), "a big-endian checkpoint: its tensor values are not read (inspect and diff-keys work)");
     Fingerprint f;

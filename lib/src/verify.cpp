@@ -266,7 +266,7 @@ Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_f
     if (r->format() == Format::torchscript) return torchscript_fingerprint(path);  // torch::jit::load is the authority
     if (!r->problems().empty())
         throw Error(ErrorKind::corrupt, path, "the reference is damaged: " + r->problems().front().message + " (verify it on its own)");
-    ScanOptions so;
+    FingerprintOptions so;
     so.all = o.all;
     so.key_globs = o.key_globs;
     so.threads = o.threads;
@@ -395,7 +395,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint);
     bool all = o.all || (ref && ref_is_fingerprint && ref->scope == "all");
 
-    ScanOptions so;
+    FingerprintOptions so;
     so.all = all;
     so.key_globs = o.key_globs;
     so.check_crc = true;

@@ -175,7 +175,7 @@ TEST_CASE("fingerprint: a large contiguous tensor read with pread gives what the
     };
     TensorStats wb = want(DType::float32, 0, big), wh = want(DType::bfloat16, b, half), ws = want(DType::float32, h, small);
     for (bool hash_only : {false, true}) {
-        ScanOptions o;
+        FingerprintOptions o;
         o.hash_only = hash_only;
         Fingerprint f = fingerprint(*c, o);
         REQUIRE(f.tensors.size() == 3);
@@ -193,7 +193,7 @@ TEST_CASE("fingerprint: a large contiguous tensor read with pread gives what the
     // Where no second thread can be started (a process limit), one does the whole scan.
     int alone = testing::in_child_without_threads([&] {
         try {
-            ScanOptions o;
+            FingerprintOptions o;
             o.threads = 2;
             Fingerprint f = fingerprint(*c, o);
             return f.tensors.size() == 3 && f.tensors[0].stats.hash == wb.hash && f.tensors[2].stats.hash == ws.hash ? 0 : 2;
@@ -205,5 +205,5 @@ TEST_CASE("fingerprint: a large contiguous tensor read with pread gives what the
     else CHECK(alone == 0);
     // The file cut short after it was opened: a clean Error naming it (a mapping would fault, SIGBUS).
     REQUIRE(::truncate(path.c_str(), static_cast<off_t>(8 + header.size() + b / 2)) == 0);
-    CHECK_THROWS_AS(fingerprint(*c, ScanOptions{}), Error);
+    CHECK_THROWS_AS(fingerprint(*c, FingerprintOptions{}), Error);
 }

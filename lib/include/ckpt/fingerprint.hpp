@@ -57,7 +57,7 @@ struct RecordCrc {
     bool ok() const { return expected == actual; }
 };
 
-struct ScanOptions {
+struct FingerprintOptions {
     bool all = false;                     // every tensor by key, not just the state dict by name
     std::vector<std::string> key_globs;   // only these keys (empty: all of the scope)
     bool check_crc = false;               // CRC-32 of every record, in the same pass
@@ -80,7 +80,7 @@ struct Fingerprint {
 
 // Reads every selected tensor (and with check_crc every record) once, spread over the cores: work is
 // handed out one storage record at a time, largest first.
-Fingerprint fingerprint(const Checkpoint& c, const ScanOptions& options);
+Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& options);
 
 // The documented JSON (docs/schema/fingerprint.schema.json); non-finite statistics are the strings
 // "nan", "inf", "-inf".
