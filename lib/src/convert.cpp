@@ -532,7 +532,7 @@ nlohmann::json to_json(const ConvertReport& r) {
 void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& style) {
     Paint paint{style.color};
     std::string where = r.outputs.size() > 1 ? std::to_string(r.outputs.size() - 1) + " shards + " +
-                                                  r.outputs.back().substr(r.outputs.back().rfind('/') + 1)
+                                                  text::base_name(r.outputs.back())
                                             : r.output;
     out << paint("1", r.input) << " → " << paint("1", where) << ": " << r.tensors << " tensors as " << r.format
         << ", " << human_bytes(r.bytes_written) << (r.verified ? ", read back and equal" : ", not verified (--no-verify)")

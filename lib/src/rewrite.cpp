@@ -11,6 +11,7 @@
 #include "ckpt/pickle.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/zip_writer.hpp"
+#include "text_util.hpp"
 
 namespace ckpt {
 
@@ -153,7 +154,7 @@ uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd,
     if (c.format() == Format::legacy) {
         // The modern layout: ROOT/data.pkl, ROOT/data/KEY for each storage, ROOT/version; ROOT is the
         // target's stem, as torch.save names it.
-        std::string base = target.substr(target.rfind('/') == std::string::npos ? 0 : target.rfind('/') + 1);
+        std::string base = text::base_name(target);
         std::string root = base.substr(0, base.find('.') == 0 || base.find('.') == std::string::npos ? base.size() : base.find('.'));
         if (root.empty()) root = "archive";
         w.add(root + "/data.pkl", pv, crc32_of(pv));

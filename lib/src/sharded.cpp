@@ -90,7 +90,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
     auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a sharded checkpoint index: " + why); };
     if (!j || !j->is_object() || !j->contains("weight_map") || !(*j)["weight_map"].is_object()) bad("no \"weight_map\" object");
     c->m_file = std::make_unique<MappedFile>(path);
-    std::string dir = path.rfind('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+    std::string dir = text::parent_dir(path);
     std::vector<std::pair<std::string, std::string>> map;  // name → shard, in the index's order
     std::unordered_map<std::string, std::string> shard_of;
     for (auto it = (*j)["weight_map"].begin(); it != (*j)["weight_map"].end(); ++it) {

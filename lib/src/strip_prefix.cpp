@@ -306,8 +306,6 @@ void refuse_damaged(const Checkpoint& c) {
                         (c.problems().size() > 1 ? " (and " + std::to_string(c.problems().size() - 1) + " more)" : ""));
 }
 
-std::string dir_of(const std::string& path) { return path.rfind('/') == std::string::npos ? "." : path.substr(0, path.rfind('/')); }
-std::string base_of(const std::string& path) { return path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1); }
 
 // A sharded checkpoint (an index and its shards): the plan made on all of its keys at once, then
 // each shard renamed the way a single file is, under its own name beside the output index, and the
@@ -318,12 +316,12 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
     refuse_damaged(*c);
     r.plan = plan_rename(*c, rq.options);
     if (rq.dry_run) return r;
-    std::string in_index = c->path(), in_dir = dir_of(in_index);
+    std::string in_index = c->path(), in_dir = text::parent_dir(in_index);
     struct stat st {};
     std::string target = rq.in_place ? in_index
-                         : ::stat(rq.output.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? rq.output + "/" + base_of(in_index)
+                         : ::stat(rq.output.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? rq.output + "/" + text::base_name(in_index)
                                                                                       : rq.output;
-    std::string out_dir = dir_of(target);
+    std::string out_dir = text::parent_dir(target);
     if (!rq.in_place && same_file(out_dir, in_dir))
         throw Error(ErrorKind::usage, target, "the shards keep their names, so beside the input's index they would replace the input's shards: "
                                               "give another directory, or --in-place");
