@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/globals.hpp"
+#include "ckpt/report.hpp"
 #include "ckpt/weights_only.hpp"
 
 namespace ckpt {
@@ -88,9 +89,6 @@ nlohmann::json to_json(const InspectReport& report);
 // tensors: the document was 60% of inspect --json and 320 MiB).
 void write_json(const InspectReport& report, std::ostream& out);
 
-struct TextStyle {
-    bool color = false;
-};
 void render_text(const InspectReport& report, std::ostream& out, const TextStyle& style);
 
 }  // namespace ckpt

@@ -23,7 +23,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/convert.hpp"
-#include "ckpt/inspect.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 

@@ -33,6 +33,11 @@ std::string shape_text(const std::vector<int64_t>& shape);
 std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t);
 
 // ANSI colour for text reports, or nothing: paint("31", "text") is red when `on`.
+// How a text report is rendered (every command's render_text).
+struct TextStyle {
+    bool color = false;
+};
+
 struct Paint {
     bool on;
     std::string operator()(const char* code, const std::string& s) const {

@@ -30,7 +30,6 @@
 #include "ckpt/bytes.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/weights_only.hpp"
-#include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
 
 namespace ckpt {

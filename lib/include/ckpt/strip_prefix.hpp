@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
-#include "ckpt/inspect.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 

@@ -20,7 +20,6 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/fingerprint.hpp"
-#include "ckpt/inspect.hpp"
 #include "ckpt/report.hpp"
 
 namespace ckpt {
