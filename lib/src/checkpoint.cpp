@@ -69,6 +69,27 @@ std::optional<Layout> layout_from_name(std::string_view name) {
     return std::nullopt;
 }
 
+const char* TensorInfo::count_elements() {
+    uint64_t n = 1, span = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] < 0 || stride[d] < 0) return "negative size or stride";
+        auto m = checked_mul(n, static_cast<uint64_t>(shape[d]));
+        if (!m) return "element count overflows";
+        n = *m;
+    }
+    if (n == 0) span = 0;
+    for (size_t d = 0; d < shape.size() && n; ++d) {
+        auto step = checked_mul(static_cast<uint64_t>(shape[d] - 1), static_cast<uint64_t>(stride[d]));
+        auto e = step ? checked_add(span, *step) : std::nullopt;
+        if (!e) return "tensor extent overflows";
+        span = *e;
+    }
+    if (!checked_mul(n, dtype_size(dtype))) return "byte size overflows";
+    numel = n;
+    extent = span;
+    return nullptr;
+}
+
 bool TensorInfo::contiguous() const {
     int64_t expected = 1;
     for (size_t d = shape.size(); d-- > 0;) {
@@ -376,28 +397,6 @@ std::optional<std::vector<int64_t>> small_ints(const Checkpoint& c, const Tensor
 // make millions of them.
 constexpr size_t k_max_components = 1u << 20;
 
-// numel and extent of a view; false when a size or stride is negative or the counts overflow.
-bool count_view(TensorInfo& t) {
-    uint64_t numel = 1, extent = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-        if (t.shape[d] < 0 || t.stride[d] < 0) return false;
-        auto n = checked_mul(numel, static_cast<uint64_t>(t.shape[d]));
-        if (!n) return false;
-        numel = *n;
-    }
-    if (numel == 0) extent = 0;
-    for (size_t d = 0; d < t.shape.size() && numel; ++d) {
-        auto span = checked_mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]));
-        auto e = span ? checked_add(extent, *span) : std::nullopt;
-        if (!e) return false;
-        extent = *e;
-    }
-    if (!checked_mul(numel, dtype_size(t.dtype))) return false;
-    t.numel = numel;
-    t.extent = extent;
-    return true;
-}
-
 }  // namespace
 
 // Nested and jagged tensors: each component becomes a view of the buffer (values), its shape,
@@ -406,7 +405,7 @@ bool count_view(TensorInfo& t) {
 void Checkpoint::Builder::resolve_components() {
     for (size_t i = 0, n = c.m_tensors.size(); i < n; ++i) {
         Layout layout = c.m_tensors[i].layout;
-        if ((layout != Layout::nested && layout != Layout::jagged) || !c.m_tensors[i].extra->components.empty()) continue;
+        if (!c.m_tensors[i].nested() || !c.m_tensors[i].extra->components.empty()) continue;
         auto e = std::make_shared<TensorExtra>(*c.m_tensors[i].extra);
         auto fail = [&](const std::string& why) {
             c.m_problems.push_back({"nested_parts", "", "a nested tensor's components cannot be read: " + why});
@@ -464,7 +463,7 @@ void Checkpoint::Builder::resolve_components() {
         uint64_t numel = 0;
         bool ok = true;
         for (TensorInfo& t : comps) {
-            ok = ok && t.storage_offset >= 0 && count_view(t);
+            ok = ok && t.storage_offset >= 0 && !t.count_elements();
             numel += t.numel;
         }
         if (!ok) {
@@ -797,7 +796,7 @@ void Checkpoint::read(const OpenOptions& options) {
     else if (sniff_legacy(bytes())) b.read_legacy();
     else reject_other_formats(bytes());
     for (const TensorInfo& t : m_tensors)
-        if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+        if (t.nested()) {
             b.resolve_components();
             break;
         }

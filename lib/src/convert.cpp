@@ -56,7 +56,7 @@ void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::str
     if (t.plain()) return;
     std::string what = t.no_data        ? "saved without its elements (on the " + (t.extra ? t.extra->device : std::string("meta")) + " device)"
                        : t.quantized()  ? "a quantized tensor (" + std::string(t.extra->qscheme) + ")"
-                       : t.layout == Layout::nested || t.layout == Layout::jagged ? "a nested tensor"
+                       : t.nested()     ? "a nested tensor"
                                                                                   : std::string("a ") + layout_name(t.layout) + " tensor";
     bool whole = rq.weights_only || rq.rename;  // a pth copy of the whole checkpoint keeps it as it is
     throw Error(ErrorKind::unsupported, rq.input,

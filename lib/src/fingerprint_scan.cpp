@@ -96,27 +96,28 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     // Which tensors can be read: record present, long enough, view inside it.
     const auto& storages = c.storages();
     const auto& tensors = c.tensors();
-    // A sparse or nested tensor is read through the stored tensors it is made of (its leaves):
-    // a sparse tensor's indices and values, a nested tensor's components.
+    // A sparse or nested tensor is read through the stored tensors it is made of (its leaves, each
+    // a strided view of its storage): a sparse tensor's indices and values, a nested tensor's components.
     auto leaves = [&](const TensorInfo& t) {
+        if (t.nested()) return t.extra->components;
         std::vector<size_t> out;
-        if (t.layout == Layout::nested || t.layout == Layout::jagged) return t.extra->components;
         for (const TensorPart& p : t.extra->parts) out.push_back(p.tensor);
         return out;
     };
-    std::function<bool(size_t)> readable = [&](size_t ti) {
-        const TensorInfo& t = tensors[ti];
-        if (t.no_data) return true;  // nothing saved, nothing to read
-        if (!t.strided_view()) {
-            if ((t.layout == Layout::nested || t.layout == Layout::jagged) && t.extra->components.empty() && t.numel) return false;
-            for (size_t leaf : leaves(t))
-                if (!readable(leaf)) return false;
-            return true;
-        }
+    auto view_readable = [&](const TensorInfo& t) {
         const StorageInfo& s = storages[t.storage];
         if (!s.record_present) return false;
         uint64_t cap = s.record_size / dtype_size(t.dtype);
         return t.numel == 0 || static_cast<uint64_t>(t.storage_offset) + t.extent <= cap;
+    };
+    auto readable = [&](size_t ti) {
+        const TensorInfo& t = tensors[ti];
+        if (t.strided_view()) return view_readable(t);
+        if (t.no_data) return true;  // nothing saved, nothing to read
+        if (t.nested() && t.extra->components.empty() && t.numel) return false;
+        for (size_t leaf : leaves(t))
+            if (!view_readable(tensors[leaf])) return false;
+        return true;
     };
 
     std::unordered_map<std::string_view, size_t> storage_of_record;
@@ -133,23 +134,24 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     std::vector<TensorStats> slots;
     slots.reserve(selected.size());
     std::vector<size_t> composite;  // read through their leaves, combined once those are read
-    std::function<void(size_t)> schedule = [&](size_t ti) {
-        if (slot_of_tensor.count(ti) || !readable(ti)) return;
-        slot_of_tensor.emplace(ti, slots.size());
+    // A slot for tensor `ti` (false: it has one already); a strided view's read is handed out.
+    auto schedule_view = [&](size_t ti) {
+        if (!slot_of_tensor.emplace(ti, slots.size()).second) return false;
         slots.emplace_back();
         const TensorInfo& t = tensors[ti];
-        if (t.no_data) return;
-        if (!t.strided_view()) {
-            composite.push_back(ti);
-            for (size_t leaf : leaves(t)) schedule(leaf);
-            return;
-        }
-        if (o.known && o.known(ti, slots.back())) return;
+        if (!t.strided_view() || (o.known && o.known(ti, slots.back()))) return true;
         WorkItem& w = items[item_of_storage.at(t.storage)];
         w.tensors.push_back(ti);
         w.bytes += t.nbytes();
+        return true;
     };
-    for (const Selected& s : selected) schedule(s.tensor);
+    for (const Selected& s : selected) {
+        if (slot_of_tensor.count(s.tensor) || !readable(s.tensor) || !schedule_view(s.tensor)) continue;
+        const TensorInfo& t = tensors[s.tensor];
+        if (t.strided_view() || t.no_data) continue;
+        composite.push_back(s.tensor);
+        for (size_t leaf : leaves(t)) schedule_view(leaf);
+    }
     if (!o.check_crc)  // storage records none of the selected tensors views
         items.erase(std::remove_if(items.begin(), items.end(), [](const WorkItem& w) { return w.tensors.empty(); }),
                     items.end());
@@ -241,13 +243,13 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     for (auto& t : pool) t.join();
     if (failure) std::rethrow_exception(failure);
 
-    // Composite tensors from their leaves, innermost first (a leaf is scheduled after its tensor).
-    for (size_t n = composite.size(); n-- > 0;) {
+    // Composite tensors from their leaves.
+    for (size_t n = 0; n < composite.size(); ++n) {
         const TensorInfo& t = tensors[composite[n]];
         std::vector<const TensorStats*> values, hashed;
         uint64_t zeros = 0;
         for (size_t leaf : leaves(t)) hashed.push_back(&slots[slot_of_tensor.at(leaf)]);
-        if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+        if (t.nested()) {
             values = hashed;
         } else {  // sparse: the values, and zeros for the elements not stored (as t.to_dense() has them)
             const TensorStats* v = hashed.back();

@@ -53,7 +53,7 @@ nlohmann::json dist_json(const DistInfo& d) {
 // a quantized tensor's scheme and parameters; a tensor subclass its class.
 nlohmann::json tensor_json(const Checkpoint& c, const TensorRow& row) {
     const TensorInfo& t = c.tensors()[row.tensor];
-    bool nested = t.layout == Layout::nested || t.layout == Layout::jagged;
+    bool nested = t.nested();
     nlohmann::json tj = {{"key", row.key},
                          {"state_dict_key", row.name ? nlohmann::json(*row.name) : nlohmann::json(nullptr)},
                          {"dtype", dtype_name(t.dtype)},

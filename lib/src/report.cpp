@@ -60,7 +60,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t) {
-    if (t.layout == Layout::nested || t.layout == Layout::jagged) {
+    if (t.nested()) {
         std::string s = t.layout == Layout::jagged ? "jagged " : "nested ";
         auto shapes = c.component_shapes(t);
         if (shapes.empty()) return s + "(components unread)";

@@ -239,26 +239,7 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
 
 void TorchHooks::count_elements(const Value* made, std::string_view name, TensorInfo& t) const {
     if (t.shape.size() != t.stride.size()) bad(made, std::string(name) + ": size and stride differ in length");
-    uint64_t numel = 1, extent = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-        if (t.shape[d] < 0 || t.stride[d] < 0) bad(made, std::string(name) + ": negative size or stride");
-        auto n = checked_mul(numel, static_cast<uint64_t>(t.shape[d]));
-        if (!n) bad(made, std::string(name) + ": element count overflows");
-        numel = *n;
-    }
-    if (numel == 0) {
-        extent = 0;
-    } else {
-        for (size_t d = 0; d < t.shape.size(); ++d) {
-            auto span = checked_mul(static_cast<uint64_t>(t.shape[d] - 1), static_cast<uint64_t>(t.stride[d]));
-            auto e = span ? checked_add(extent, *span) : std::nullopt;
-            if (!e) bad(made, std::string(name) + ": tensor extent overflows");
-            extent = *e;
-        }
-    }
-    if (!checked_mul(numel, dtype_size(t.dtype))) bad(made, std::string(name) + ": byte size overflows");
-    t.numel = numel;
-    t.extent = extent;
+    if (const char* why = t.count_elements()) bad(made, std::string(name) + ": " + why);
 }
 
 const TensorInfo& TorchHooks::tensor_arg(const Value* made, const Value* v, const std::string& what) const {
@@ -345,7 +326,7 @@ Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, const Valu
     std::optional<Layout> layout;
     if (a[0]->kind == ValueKind::global) layout = layout_from_name(a[0]->s2);
     else if (a[0]->kind == ValueKind::string) layout = layout_from_name(a[0]->s);
-    if (!layout || *layout == Layout::strided || *layout == Layout::nested || *layout == Layout::jagged)
+    if (!layout || *layout == Layout::strided || *layout == Layout::jagged)
         bad(made, what + ": layout " + repr(a[0], 60) + " is not a sparse layout");
     const ValueList& d = a[1]->items;
     bool coo = *layout == Layout::sparse_coo;
@@ -448,7 +429,7 @@ Value* TorchHooks::rebuild_jagged(Value* made, const Value* kw) {
 // Python attributes are `state` (a dict, or (dict, slots)); torch < 1.12's _rebuild_from_type(func,
 // type, args, dict) the same. The attributes stay on the tensor's value (Value::state): they are
 // shown under the tensor's key and written back as they were.
-Value* TorchHooks::rebuild_from_type(Value* made, std::string_view name, const ValueList& a) {
+Value* TorchHooks::rebuild_from_type(Value* made, const ValueList& a) {
     if (a.size() < 3 || a[0]->kind != ValueKind::global || a[2]->kind != ValueKind::tuple) return nullptr;
     Value* inner = m_arena.make(ValueKind::object, made->offset);
     inner->callable = a[0];
@@ -460,7 +441,6 @@ Value* TorchHooks::rebuild_from_type(Value* made, std::string_view name, const V
     std::string sub = global_name(a[1]);
     if (sub == "torch.nn.parameter.Parameter") info.is_parameter = true;
     else if (sub != "torch.Tensor" && info.layout != Layout::jagged) info.subclass = sub;
-    (void)name;
     Value* v = tensor_value(std::move(info), made);
     if (a.size() > 3 && m_tensors.back().layout != Layout::jagged) state = a[3];  // a jagged tensor's are its internals
     v->state = has_attributes(state) ? const_cast<Value*>(state) : nullptr;
@@ -497,7 +477,7 @@ Value* TorchHooks::rebuild(Value* made, std::string_view mod, std::string_view n
         }
     }
     if (mod == "torch._tensor" && (name == "_rebuild_from_type_v2" || name == "_rebuild_from_type"))
-        return rebuild_from_type(made, name, a);
+        return rebuild_from_type(made, a);
     if (mod == "torch.nested._internal.nested_tensor" && name == "_rebuild_njt") {
         if (a.size() != 1) bad(made, std::string(name) + " with " + std::to_string(a.size()) + " arguments");
         return rebuild_jagged(made, a[0]);

@@ -60,7 +60,7 @@ private:
     Value* rebuild_jagged(Value* made, const Value* kwargs);
     // `rebuild` is static text (TensorInfo::rebuild keeps a view of it)
     Value* nested_value(Value* made, std::string_view rebuild, Layout layout, std::shared_ptr<TensorExtra> e, bool requires_grad);
-    Value* rebuild_from_type(Value* made, std::string_view name, const ValueList& a);
+    Value* rebuild_from_type(Value* made, const ValueList& a);
     // The tensor a value is (a rebuilt tensor), or a clear error naming what `what` needed.
     const TensorInfo& tensor_arg(const Value* made, const Value* v, const std::string& what) const;
     size_t tensor_index(const Value* v) const { return static_cast<size_t>(v->i); }

@@ -86,6 +86,10 @@ struct TensorInfo {
     // without data not at all.
     bool plain() const { return layout == Layout::strided && !no_data && !extra; }
     bool quantized() const { return extra && !extra->qscheme.empty(); }
+    bool nested() const { return layout == Layout::nested || layout == Layout::jagged; }
+    // numel and extent from shape, stride and dtype (checked); nullptr, or what is wrong: "negative
+    // size or stride", "element count overflows", "tensor extent overflows", "byte size overflows".
+    const char* count_elements();
     // Plain or quantized: its elements are a strided view of its storage.
     bool strided_view() const { return layout == Layout::strided && !no_data && (!extra || quantized()); }
 };
