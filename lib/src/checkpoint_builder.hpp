@@ -18,6 +18,7 @@ class ZipArchive;
 bool sniff_export(const ZipArchive& zip);
 
 struct Checkpoint::Builder {
+    static constexpr int k_max_walk_depth = 2000;  // the value tree and module walks
     Checkpoint& c;
     const OpenOptions& options;
     StringIndex entry_by_key;  // the first entry of each key
@@ -29,12 +30,12 @@ struct Checkpoint::Builder {
     void read_safetensors_file();
     void read_legacy();  // legacy.cpp
     void read_export();  // export.cpp
-    void check_storages();
-    void resolve_components();
+    void check_storages();       // checkpoint_parts.cpp
+    void resolve_components();   // checkpoint_parts.cpp
     void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
     void add_leaf(const std::string& key, const Value* v);
     bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);
-    void find_state_dict();
+    void find_state_dict();      // state_dict.cpp, as the four below
     size_t dict_tensor_count(const Value* v) const;
     void take_dict(const Value* d, const std::string& path);
     bool is_module(const Value* v) const;
