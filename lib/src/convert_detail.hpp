@@ -1,5 +1,5 @@
-// What convert's writers share (private to lib/): the cast rule, the read-back check, shard planning
-// and the Hugging Face index.
+// What convert's writers share (private to lib/): the cast rule, the read-back check
+// (convert_verify.cpp), shard planning and the Hugging Face index.
 #pragma once
 
 #include "text_util.hpp"
@@ -90,6 +90,10 @@ void check_absent(const std::vector<std::string>& paths, bool force);
 std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_size,
                                         const std::vector<std::pair<std::string, std::string>>& weight_map,
                                         uint64_t& bytes_written);
+
+// The state dict as safetensors, in shards and an index with --max-shard-size (convert_safetensors.cpp);
+// the source is closed as early as the read-back allows.
+void write_safetensors(std::unique_ptr<Checkpoint> c, const ConvertRequest& rq, ConvertReport& r);
 
 // pth writers (convert_pth.cpp).
 // A state dict as torch.save writes one: from safetensors, a sharded checkpoint or the state dict

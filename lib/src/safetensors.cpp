@@ -1,11 +1,13 @@
 #include "ckpt/safetensors.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/error.hpp"
+#include "ckpt/report.hpp"
 
 namespace ckpt {
 
@@ -178,6 +180,37 @@ SafetensorsHeader read_safetensors(ByteView file) {
     if (at != file.size)
         broken(std::to_string(file.size - at) + " bytes after the last tensor: the buffer does not end at the end of the file", at);
     return h;
+}
+
+SafetensorsHeaderWriter::SafetensorsHeaderWriter(const std::vector<std::pair<std::string, std::string>>* metadata) {
+    m_text = "{";
+    if (!metadata) return;
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    std::unordered_map<std::string_view, size_t> at;  // a member's place: ordered_json's operator[] would search
+    std::vector<std::pair<std::string, std::string>> members;
+    for (const auto& [k, v] : *metadata) {
+        auto [it, fresh] = at.emplace(k, members.size());
+        if (fresh) members.push_back({k, v});
+        else members[it->second].second = v;
+    }
+    for (auto& [k, v] : members) append_new_member(meta, std::move(k), std::move(v));
+    m_text += "\"__metadata__\":" + meta.dump();
+}
+
+void SafetensorsHeaderWriter::add(std::string_view name, DType dtype, const std::vector<int64_t>& shape, uint64_t begin,
+                                  uint64_t end) {
+    if (m_text.size() > 1) m_text += ',';
+    append_json_string(m_text, name, false);
+    m_text.append(":{\"dtype\":\"").append(safetensors_dtype_name(dtype).value()).append("\",\"shape\":[");
+    for (size_t d = 0; d < shape.size(); ++d) m_text.append(d ? "," : "").append(std::to_string(shape[d]));
+    m_text.append("],\"data_offsets\":[").append(std::to_string(begin)).append(",");
+    m_text.append(std::to_string(end)).append("]}");
+}
+
+std::string SafetensorsHeaderWriter::finish() {
+    m_text += '}';
+    m_text.append((8 - m_text.size() % 8) % 8, ' ');
+    return le_bytes(m_text.size(), 8) + m_text;
 }
 
 }  // namespace ckpt

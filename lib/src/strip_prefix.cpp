@@ -238,29 +238,20 @@ uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, 
     SafetensorsHeader h = read_safetensors(file);
     std::unordered_set<std::string> names;
     for (const auto& t : h.tensors) names.insert(t.name);
-    nlohmann::ordered_json header;
-    if (!h.metadata.empty()) {
-        nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-        for (const auto& [k, v] : h.metadata) {
-            bool alias = names.count(v) && !names.count(k);  // alias → kept tensor, as converters record them
-            meta[alias ? plan.rule.key(k) : k] = alias ? plan.rule.key(v) : v;
-        }
-        header["__metadata__"] = meta;
+    std::vector<std::pair<std::string, std::string>> meta;
+    for (const auto& [k, v] : h.metadata) {
+        bool alias = names.count(v) && !names.count(k);  // alias → kept tensor, as converters record them
+        meta.push_back({alias ? plan.rule.key(k) : k, alias ? plan.rule.key(v) : v});
     }
+    SafetensorsHeaderWriter header(h.metadata.empty() ? nullptr : &meta);
     uint64_t buffer = 8 + h.header_size;
-    for (const auto& t : h.tensors)
-        append_new_member(header, plan.rule.key(t.name),  // the plan refused renames that collide
-                          {{"dtype", *safetensors_dtype_name(t.dtype)},
-                           {"shape", t.shape},
-                           {"data_offsets", {t.begin - buffer, t.end - buffer}}});
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::string prefix = le_bytes(text.size(), 8);
-    write_all(fd, prefix.data(), 8, 0, target);
-    write_all(fd, text.data(), text.size(), 8, target);
-    copy_range(c.file().fd(), buffer, fd, 8 + text.size(), file.size - buffer, target);
+    for (const auto& t : h.tensors)  // the plan refused renames that collide
+        header.add(plan.rule.key(t.name), t.dtype, t.shape, t.begin - buffer, t.end - buffer);
+    std::string text = header.finish();
+    write_all(fd, text.data(), text.size(), 0, target);
+    copy_range(c.file().fd(), buffer, fd, text.size(), file.size - buffer, target);
     records = h.tensors.size();
-    return 8 + text.size() + (file.size - buffer);
+    return text.size() + (file.size - buffer);
 }
 
 // What the written file must hold, taken from the input so that the input can be closed before the
@@ -362,7 +353,8 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
     ByteView iv = index_file.view();
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(iv.data, iv.data + iv.size);
     nlohmann::ordered_json map = nlohmann::ordered_json::object();
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) map[r.plan.rule.key(it.key())] = it.value();
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it)
+        append_new_member(map, r.plan.rule.key(it.key()), it.value());  // the plan refused renames that collide
     j["weight_map"] = map;
     std::string text = j.dump(2) + "\n";
     auto index = std::make_unique<AtomicFile>(target);

@@ -43,6 +43,26 @@ bool sniff_safetensors(ByteView file);
 // Throws Error (corrupt / limit / unsupported) for any broken rule, with the byte offset.
 SafetensorsHeader read_safetensors(ByteView file);
 
+// The header a writer puts first: the 8-byte length, then the JSON laid out as nlohmann's compact
+// dump() lays it out (the reference library reads it, and strip-prefix and convert write it alike):
+// __metadata__ first when there is one, then each tensor in the order added, padded with spaces to
+// a multiple of 8 bytes. The data buffer follows at bytes().size(). Built as text, not as a JSON
+// document: 100,000 tensors held some 60 MiB of nodes that way.
+class SafetensorsHeaderWriter {
+public:
+    // `metadata`: __metadata__'s members in order (a key given again keeps its first place and takes
+    // the last value, as a JSON object assigned to would); nullptr: no __metadata__ at all.
+    explicit SafetensorsHeaderWriter(const std::vector<std::pair<std::string, std::string>>* metadata);
+    // A tensor whose bytes are [begin, end) of the data buffer. Names must be new (the caller's plan
+    // made them so); a name that is not UTF-8 throws nlohmann's type_error, as dump() does.
+    void add(std::string_view name, DType dtype, const std::vector<int64_t>& shape, uint64_t begin, uint64_t end);
+    // The file's first bytes: the length, then the padded header.
+    std::string finish();
+
+private:
+    std::string m_text;
+};
+
 // safetensors' dtype names ("F32", "BF16" …) and ours, both ways (nullopt: no such type there).
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::optional<std::string_view> safetensors_dtype_name(DType dtype);
