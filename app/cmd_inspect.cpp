@@ -34,7 +34,7 @@ Runner setup_inspect(CLI::App& sub, const GlobalOptions& global) {
         if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
         auto c = ckpt::Checkpoint::open(a->file, open);
         spdlog::debug("{}: {} records, pickle {} bytes, {} storages, {} tensors", a->file,
-                      c->record_count(), c->pickle_size(), c->storages().size(), c->tensors().size());
+                      c->record_count(), c->metadata_size(), c->storages().size(), c->tensors().size());
         ckpt::InspectOptions options;
         options.key_globs = a->keys;
         options.all = a->all;

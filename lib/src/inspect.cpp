@@ -8,7 +8,7 @@
 #include "ckpt/keys.hpp"
 #include "ckpt/optimizer.hpp"
 #include "ckpt/report.hpp"
-#include "dist.hpp"
+#include "formats/dist.hpp"
 #include "huge_pages.hpp"
 
 namespace ckpt {

@@ -113,7 +113,7 @@ nlohmann::json report_json(const InspectReport& r, bool with_arrays) {
                       {"compressed_records", c.compressed_records()},
                       {"zip64", c.zip64()},
                       {"pickle_protocol", c.pickle_protocol()},
-                      {"pickle_bytes", c.pickle_size()}};
+                      {"pickle_bytes", c.metadata_size()}};
     if (!c.type_sizes().empty()) {
         nlohmann::json ts = nlohmann::json::object();
         for (const auto& [name, size] : c.type_sizes()) ts[name] = size;
@@ -380,7 +380,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
             << " shards (" << c.shards().front() << (c.shards().size() > 1 ? " … " + c.shards().back() : "") << "), "
             << human_bytes(c.file_size()) << " index\n";
     } else if (c.format() == Format::safetensors) {
-        out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.pickle_size()) << ", "
+        out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.metadata_size()) << ", "
             << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
         for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";
     } else if (c.format() == Format::torch_export) {

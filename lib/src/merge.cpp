@@ -5,7 +5,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
-#include "dist.hpp"
+#include "formats/dist.hpp"
 #include "text_util.hpp"
 
 namespace ckpt {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "checkpoint_builder.hpp"
+#include "formats/format.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"

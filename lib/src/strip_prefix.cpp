@@ -21,7 +21,7 @@
 #include "ckpt/safetensors.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/zip_writer.hpp"
-#include "dist.hpp"
+#include "formats/dist.hpp"
 
 namespace ckpt {
 

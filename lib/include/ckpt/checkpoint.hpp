@@ -1,5 +1,5 @@
-// The checkpoint model: what a file holds, independent of its format. Readers (torch zip, later
-// legacy and safetensors) fill it; every command works on it.
+// The checkpoint model: what a file holds, independent of its format. Each format's reader
+// (lib/src/formats/) fills it; every command works on it, and never on a format.
 #pragma once
 
 #include <cstdint>
@@ -212,28 +212,30 @@ public:
     static std::unique_ptr<Checkpoint> open(const std::string& path, const OpenOptions& options = {});
     ~Checkpoint();
 
-    const std::string& path() const { return m_path; }
+    const std::string& path() const;
     uint64_t file_size() const;
-    Format format() const { return m_format; }
-    const std::string& zip_root() const { return m_root; }
-    const std::string& byteorder() const { return m_byteorder; }
-    bool byteorder_recorded() const { return m_byteorder_recorded; }
-    const std::string& version() const { return m_version; }
+    Format format() const;
+    const std::string& zip_root() const;
+    const std::string& byteorder() const;
+    bool byteorder_recorded() const;
+    const std::string& version() const;
     // legacy: the sys_info type sizes the writer recorded (short, int, long).
-    const std::vector<std::pair<std::string, int>>& type_sizes() const { return m_type_sizes; }
-    uint8_t pickle_protocol() const { return m_protocol; }
-    uint64_t pickle_size() const { return m_pickle_size; }
+    const std::vector<std::pair<std::string, int>>& type_sizes() const;
+    uint8_t pickle_protocol() const;
+    // Bytes of what describes the tensors: the pickle of a torch.save file, the JSON header of a
+    // safetensors file.
+    uint64_t metadata_size() const;
     size_t record_count() const;
     size_t compressed_records() const;
     bool zip64() const;
 
-    const Value* root() const { return m_root_value; }
-    const std::vector<StorageInfo>& storages() const { return m_storages; }
-    const std::vector<TensorInfo>& tensors() const { return m_tensors; }
-    const std::vector<Entry>& entries() const { return m_entries; }
-    const StateDict& state_dict() const { return m_state_dict; }
-    const std::vector<GlobalRef>& globals() const { return m_globals; }
-    const std::vector<Problem>& problems() const { return m_problems; }
+    const Value* root() const;
+    const std::vector<StorageInfo>& storages() const;
+    const std::vector<TensorInfo>& tensors() const;
+    const std::vector<Entry>& entries() const;
+    const StateDict& state_dict() const;
+    const std::vector<GlobalRef>& globals() const;
+    const std::vector<Problem>& problems() const;
 
     // Number of distinct tensors (by rebuild object) viewing each storage.
     std::vector<size_t> storage_users() const;
@@ -244,7 +246,7 @@ public:
     std::vector<std::vector<int64_t>> component_shapes(const TensorInfo& t) const;
 
     // The container's records, in file order, and their bytes (a view into the mapping, or inflated).
-    const std::vector<RecordInfo>& records() const { return m_records; }
+    const std::vector<RecordInfo>& records() const;
     RecordData record_data(size_t record) const;
     std::optional<size_t> record_index(const std::string& name) const;
     // Where a record's bytes start in the file, when they are stored there as they are (not
@@ -254,75 +256,31 @@ public:
     const MappedFile& record_file(size_t record) const;
     // A sharded checkpoint (opened from a Hugging Face *.index.json, or a directory holding one):
     // its shards, in the order the index names them; empty for a single file.
-    const std::vector<std::string>& shards() const { return m_shard_names; }
+    const std::vector<std::string>& shards() const;
 
     // A checkpoint of distributed training (a DeepSpeed or torch.distributed.checkpoint folder),
     // opened as its merged view: its tensors are whole, their records gathered from pieces of the
     // files it holds open (RecordInfo::pieces).
-    const std::optional<DistInfo>& dist() const { return m_dist; }
+    const std::optional<DistInfo>& dist() const;
 
     // safetensors' __metadata__ (empty for other formats).
-    const std::vector<std::pair<std::string, std::string>>& metadata() const { return m_metadata; }
+    const std::vector<std::pair<std::string, std::string>>& metadata() const;
 
     // For writers: the container, the input and the pickle as read. zip() throws for safetensors.
-    const MappedFile& file() const { return *m_file; }
+    const MappedFile& file() const;
     const ZipArchive& zip() const;
     ByteView pickle_bytes() const;
-    const std::string& pickle_record() const { return m_pickle_record; }
+    const std::string& pickle_record() const;
     // Null unless opened with trace_pickle.
-    const PickleTrace* pickle_trace() const { return m_trace.get(); }
+    const PickleTrace* pickle_trace() const;
 
-    // Internal: readers fill these.
-    struct Builder;
+    // What a format's reader fills: defined in the library (lib/src/model/contents.hpp), opaque here.
+    struct Contents;
+    explicit Checkpoint(std::unique_ptr<Contents> contents);
+    const Contents& contents() const { return *m; }
 
 private:
-    Checkpoint() = default;
-    friend struct Builder;
-    friend struct DistView;  // dist.cpp: builds the merged views
-
-    std::string m_path;
-    std::shared_ptr<MappedFile> m_file;
-    uint64_t m_base = 0, m_span = 0;  // open_embedded: the checkpoint is m_file's bytes [m_base, m_base + m_span)
-    ByteView bytes() const;
-    void read(const OpenOptions& options);
-    std::unique_ptr<ZipArchive> m_zip;
-    std::unique_ptr<RecordData> m_pickle;
-    std::string m_pickle_record;
-    std::unique_ptr<PickleTrace> m_trace;
-    ValueArena m_arena;
-    Format m_format = Format::torch_zip;
-    std::string m_root, m_byteorder = "little", m_version;
-    bool m_byteorder_recorded = false;
-    uint8_t m_protocol = 0;
-    uint64_t m_pickle_size = 0;
-    const Value* m_root_value = nullptr;
-    std::vector<StorageInfo> m_storages;
-    std::vector<TensorInfo> m_tensors;
-    std::vector<Entry> m_entries;
-    StateDict m_state_dict;
-    std::vector<GlobalRef> m_globals;
-    std::vector<Problem> m_problems;
-    std::vector<RecordInfo> m_records;
-    std::vector<std::pair<uint64_t, uint64_t>> m_record_ranges;  // safetensors, legacy: [begin, end) in the file
-    std::vector<std::pair<std::string, int>> m_type_sizes;       // legacy: sys_info's type_sizes
-    StringIndex m_record_by_name;  // the first record of each name
-    void add_record(RecordInfo record);
-    std::vector<std::pair<std::string, std::string>> m_metadata;
-    std::vector<std::unique_ptr<Checkpoint>> m_shards;
-    std::vector<std::string> m_shard_names;
-    std::vector<std::pair<size_t, size_t>> m_record_owner;  // sharded: (shard, its record)
-    std::optional<DistInfo> m_dist;
-    std::vector<std::shared_ptr<MappedFile>> m_piece_files;  // the files the pieces are in
-    static std::unique_ptr<Checkpoint> open_index(const std::string& path, const OpenOptions& options);
-    // A checkpoint made of others (a sharded checkpoint's shards, an export archive's torch.save
-    // archives): `part`'s records, storages, tensors, problems and globals joined under `name`, the
-    // part kept open for its records' bytes. Returns the index of its first tensor here.
-    size_t adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name);
-    static std::unique_ptr<Checkpoint> open_deepspeed(const std::string& dir, const OpenOptions& options);  // dist_deepspeed.cpp
-    static std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options);        // dist_dcp.cpp
-    // A torch.save zip stored inside another file (a .distcp is a run of them): `name` for messages.
-    static std::unique_ptr<Checkpoint> open_embedded(std::shared_ptr<MappedFile> file, uint64_t offset, uint64_t length,
-                                                     const std::string& name, const OpenOptions& options);
+    std::unique_ptr<Contents> m;
 };
 
 // True for what Checkpoint::open reads as a sharded checkpoint: a *.index.json, or a directory.

@@ -8,6 +8,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
+#include "formats/format.hpp"
 
 namespace ckpt {
 
@@ -211,6 +212,48 @@ std::string SafetensorsHeaderWriter::finish() {
     m_text += '}';
     m_text.append((8 - m_text.size() % 8) % 8, ' ');
     return le_bytes(m_text.size(), 8) + m_text;
+}
+
+// safetensors: every tensor is its own storage (a record: its byte range), contiguous, at offset 0;
+// the value tree is one dict of name → tensor, so the rest of the model (keys, state dict) is the
+// same as for a torch.save state dict.
+void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
+    SafetensorsHeader h = read_safetensors(c.bytes());
+    c.format = Format::safetensors;
+    c.metadata = std::move(h.metadata);
+    c.metadata_size = h.header_size;  // the header plays the pickle's part
+    Value* root = c.arena.make(ValueKind::dict, 8);
+    for (const SafetensorsTensor& st : h.tensors) {
+        StorageInfo s;
+        s.key = st.name;
+        s.dtype = st.dtype;
+        s.numel = st.numel;
+        s.location = "cpu";
+        s.record = st.name;
+        s.record_present = true;
+        s.record_size = st.end - st.begin;
+        TensorInfo t;
+        t.dtype = st.dtype;
+        t.shape = st.shape;
+        t.stride.assign(st.shape.size(), 1);
+        for (size_t d = st.shape.size(); d-- > 1;) t.stride[d - 1] = t.stride[d] * std::max<int64_t>(st.shape[d], 1);
+        t.storage = c.storages.size();
+        t.rebuild = "safetensors";
+        t.numel = st.numel;
+        t.extent = st.numel;
+        Value* key = c.arena.make(ValueKind::string, 8);
+        key->s = c.arena.own(st.name);
+        Value* tv = c.arena.make(ValueKind::tensor, st.begin);
+        tv->i = static_cast<int64_t>(c.tensors.size());
+        tv->s = c.arena.own(std::string(dtype_name(st.dtype)));
+        c.arena.append(root->entries, key);
+        c.arena.append(root->entries, tv);
+        c.add_record({st.name, st.end - st.begin, false, 0, {}});
+        c.record_ranges.push_back({st.begin, st.end});
+        c.storages.push_back(std::move(s));
+        c.tensors.push_back(std::move(t));
+    }
+    c.root = root;
 }
 
 }  // namespace ckpt

@@ -90,8 +90,8 @@ struct Flat {
 // records are pieces of those files, and values copied from the checkpoints read to find them. The
 // files stay mapped as long as the view lives; the checkpoints read along the way do not.
 struct DistView {
-    DistView(Checkpoint& c, const OpenOptions& options);
-    Checkpoint& c;
+    DistView(Checkpoint::Contents& c, const OpenOptions& options);
+    Checkpoint::Contents& c;
     const OpenOptions& options;
 
     // A file of the folder (path relative to DistInfo::dir) as the torch.save checkpoint it is, or

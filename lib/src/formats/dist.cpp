@@ -1,4 +1,4 @@
-#include "dist.hpp"
+#include "formats/dist.hpp"
 #include "ckpt/report.hpp"
 
 #include <dirent.h>
@@ -8,7 +8,8 @@
 #include <regex>
 #include <unordered_set>
 
-#include "checkpoint_builder.hpp"
+#include "formats/format.hpp"
+#include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/zip.hpp"
 #include "text_util.hpp"
@@ -124,27 +125,27 @@ std::vector<RecordPiece> Flat::slice(uint64_t start, uint64_t n, DType to, const
 
 }  // namespace dist
 
-DistView::DistView(Checkpoint& checkpoint, const OpenOptions& opts) : c(checkpoint), options(opts) {
-    c.m_format = Format::distributed;
+DistView::DistView(Checkpoint::Contents& checkpoint, const OpenOptions& opts) : c(checkpoint), options(opts) {
+    c.format = Format::distributed;
 }
 
 void DistView::adopt(const Checkpoint& part, const std::string& name) {
     m_memo[&part] = Memo{name, {}, {}};
     for (const GlobalRef& g : part.globals()) {
-        auto same = std::find_if(c.m_globals.begin(), c.m_globals.end(),
+        auto same = std::find_if(c.globals.begin(), c.globals.end(),
                                  [&](const GlobalRef& h) { return h.module == g.module && h.name == g.name; });
-        if (same != c.m_globals.end()) {
+        if (same != c.globals.end()) {
             same->count += g.count;
             same->bound_methods += g.bound_methods;
             continue;
         }
         GlobalRef copy = g;
         copy.record = name + ":" + g.record;
-        c.m_globals.push_back(std::move(copy));
+        c.globals.push_back(std::move(copy));
     }
-    for (const Problem& p : part.problems()) c.m_problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
-    if (std::none_of(c.m_piece_files.begin(), c.m_piece_files.end(), [&](const auto& f) { return f == part.m_file; }))
-        c.m_piece_files.push_back(part.m_file);
+    for (const Problem& p : part.problems()) c.problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
+    if (std::none_of(c.piece_files.begin(), c.piece_files.end(), [&](const auto& f) { return f == part.contents().file; }))
+        c.piece_files.push_back(part.contents().file);
 }
 
 namespace {
@@ -156,20 +157,20 @@ OpenOptions part_options(const OpenOptions& o) {
 }  // namespace
 
 std::unique_ptr<Checkpoint> DistView::open_part(const std::string& rel) {
-    std::unique_ptr<Checkpoint> p = Checkpoint::open(c.m_dist->dir + "/" + rel, part_options(options));
+    std::unique_ptr<Checkpoint> p = Checkpoint::open(c.dist->dir + "/" + rel, part_options(options));
     if (p->format() != Format::torch_zip && p->format() != Format::legacy)
         throw Error(ErrorKind::format, p->path(), std::string("is ") + format_name(p->format()) + ", not a torch.save file");
     adopt(*p, rel);
-    c.m_dist->archives.push_back({rel, 0, p->file_size()});
+    c.dist->archives.push_back({rel, 0, p->file_size()});
     return p;
 }
 
 std::unique_ptr<Checkpoint> DistView::open_part(std::shared_ptr<MappedFile> file, const std::string& rel, uint64_t offset,
                                                 uint64_t length) {
     std::string name = rel + "@" + std::to_string(offset);
-    std::unique_ptr<Checkpoint> p = Checkpoint::open_embedded(std::move(file), offset, length, c.m_dist->dir + "/" + name, part_options(options));
+    std::unique_ptr<Checkpoint> p = open_embedded(std::move(file), offset, length, c.dist->dir + "/" + name, part_options(options));
     adopt(*p, name);
-    c.m_dist->archives.push_back({rel, offset, length});
+    c.dist->archives.push_back({rel, offset, length});
     return p;
 }
 
@@ -207,7 +208,7 @@ size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vec
         throw Error(ErrorKind::corrupt, name,
                     "its pieces hold " + std::to_string(got) + " bytes, its shape " + dist::shape_text(shape) + " needs " + std::to_string(size));
     StorageInfo st;
-    st.key = std::to_string(c.m_storages.size());
+    st.key = std::to_string(c.storages.size());
     st.dtype = dtype;
     st.numel = t.numel;
     st.location = "cpu";
@@ -215,43 +216,43 @@ size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vec
     st.record = name;
     st.record_present = true;
     st.record_size = size;
-    t.storage = c.m_storages.size();
-    c.m_storages.push_back(std::move(st));
+    t.storage = c.storages.size();
+    c.storages.push_back(std::move(st));
     RecordInfo r;
     r.name = name;
     r.size = size;
     r.pieces = std::move(pieces);
     c.add_record(std::move(r));
-    c.m_tensors.push_back(std::move(t));
-    return c.m_tensors.size() - 1;
+    c.tensors.push_back(std::move(t));
+    return c.tensors.size() - 1;
 }
 
 Value* DistView::tensor(size_t t) {
-    Value* v = c.m_arena.make(ValueKind::tensor, 0);
+    Value* v = c.arena.make(ValueKind::tensor, 0);
     v->i = static_cast<int64_t>(t);
-    v->s = c.m_arena.own(dtype_name(c.m_tensors[t].dtype));
+    v->s = c.arena.own(dtype_name(c.tensors[t].dtype));
     return v;
 }
 
 Value* DistView::str(std::string_view text) {
-    Value* v = c.m_arena.make(ValueKind::string, 0);
-    v->s = c.m_arena.own(text);
+    Value* v = c.arena.make(ValueKind::string, 0);
+    v->s = c.arena.own(text);
     return v;
 }
 
-Value* DistView::integer(int64_t i) { return c.m_arena.integer(i, 0); }
+Value* DistView::integer(int64_t i) { return c.arena.integer(i, 0); }
 
 Value* DistView::dict(bool ordered) {
-    Value* v = c.m_arena.make(ValueKind::dict, 0);
+    Value* v = c.arena.make(ValueKind::dict, 0);
     if (ordered) v->s2 = "collections.OrderedDict";
     return v;
 }
 
-Value* DistView::list() { return c.m_arena.make(ValueKind::list, 0); }
+Value* DistView::list() { return c.arena.make(ValueKind::list, 0); }
 
 void DistView::set(Value* d, Value* key, Value* v) {
-    c.m_arena.append(d->entries, key);
-    c.m_arena.append(d->entries, v);
+    c.arena.append(d->entries, key);
+    c.arena.append(d->entries, v);
 }
 
 void DistView::set(Value* d, std::string_view key, Value* v) { set(d, str(key), v); }
@@ -260,19 +261,19 @@ Value* DistView::copy(const Checkpoint& part, const Value* v, DType cast_to) { r
 
 Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_to, int depth) {
     if (!v) return nullptr;
-    if (v->kind == ValueKind::none) return c.m_arena.none();
+    if (v->kind == ValueKind::none) return c.arena.none();
     if (depth > 2000) throw Error(ErrorKind::limit, part.path(), "value tree nested deeper than 2000 levels");
     Memo& memo = m_memo[&part];
     if (auto done = memo.values.find(v); done != memo.values.end()) return done->second;
-    Value* n = c.m_arena.make(v->kind, v->offset);
+    Value* n = c.arena.make(v->kind, v->offset);
     memo.values.emplace(v, n);
     n->how = v->how;
     n->depth = v->depth;
     n->i = v->i;
     if (v->kind == ValueKind::floating || v->kind == ValueKind::complex) n->f = v->f;
     n->f2 = v->f2;
-    n->s = v->s.empty() ? std::string_view() : c.m_arena.own(v->s);
-    n->s2 = v->s2.empty() ? std::string_view() : c.m_arena.own(v->s2);
+    n->s = v->s.empty() ? std::string_view() : c.arena.own(v->s);
+    n->s2 = v->s2.empty() ? std::string_view() : c.arena.own(v->s2);
     if (v->kind == ValueKind::tensor && !part.tensors()[v->i].plain())  // sparse, nested …: parts to renumber, not merged here
         throw Error(ErrorKind::unsupported, part.path(), "a " + tensor_shape_text(part, part.tensors()[v->i]) +
                                                               " tensor in a sharded checkpoint's file is not read");
@@ -280,7 +281,7 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
         size_t ps = v->kind == ValueKind::tensor ? part.tensors()[v->i].storage : static_cast<size_t>(v->i);
         const StorageInfo& st = part.storages()[ps];
         DType to = cast_to != DType::untyped && st.dtype != DType::untyped ? cast_to : st.dtype;
-        auto [it, fresh] = memo.storages.emplace(static_cast<uint64_t>(ps) * 64 + static_cast<uint64_t>(to), c.m_storages.size());
+        auto [it, fresh] = memo.storages.emplace(static_cast<uint64_t>(ps) * 64 + static_cast<uint64_t>(to), c.storages.size());
         if (fresh) {
             auto rec = part.record_index(st.record);
             if (!rec || !st.record_present)
@@ -289,7 +290,7 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
             if (!off) throw Error(ErrorKind::unsupported, part.path(), "record " + st.record + " is compressed");
             uint64_t size = part.records()[*rec].size;
             StorageInfo ns = st;
-            ns.key = std::to_string(c.m_storages.size());
+            ns.key = std::to_string(c.storages.size());
             ns.record = memo.name + ":" + st.record;
             ns.record_present = true;
             ns.dtype = to;
@@ -300,7 +301,7 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
             r.size = ns.record_size;
             r.pieces.push_back({&part.record_file(*rec), *off, size, st.dtype, to});
             c.add_record(std::move(r));
-            c.m_storages.push_back(std::move(ns));
+            c.storages.push_back(std::move(ns));
         }
         if (v->kind == ValueKind::storage) {
             n->i = static_cast<int64_t>(it->second);
@@ -309,13 +310,13 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
         TensorInfo t = part.tensors()[v->i];
         t.storage = it->second;
         if (to != st.dtype) t.dtype = to;
-        n->i = static_cast<int64_t>(c.m_tensors.size());
-        n->s = c.m_arena.own(dtype_name(t.dtype));
-        c.m_tensors.push_back(std::move(t));
+        n->i = static_cast<int64_t>(c.tensors.size());
+        n->s = c.arena.own(dtype_name(t.dtype));
+        c.tensors.push_back(std::move(t));
         return n;
     }
-    for (const Value* x : v->items) c.m_arena.append(n->items, copy_value(part, x, cast_to, depth + 1));
-    for (const Value* x : v->entries) c.m_arena.append(n->entries, copy_value(part, x, cast_to, depth + 1));
+    for (const Value* x : v->items) c.arena.append(n->items, copy_value(part, x, cast_to, depth + 1));
+    for (const Value* x : v->entries) c.arena.append(n->entries, copy_value(part, x, cast_to, depth + 1));
     n->callable = copy_value(part, v->callable, cast_to, depth + 1);
     n->args = copy_value(part, v->args, cast_to, depth + 1);
     n->state = copy_value(part, v->state, cast_to, depth + 1);
@@ -323,15 +324,10 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
 }
 
 void DistView::finish(Value* root, const std::string& state_dict_path) {
-    c.m_root_value = root;
+    c.root = root;
     OpenOptions o = options;
     if (!o.state_dict_key && !state_dict_path.empty()) o.state_dict_key = state_dict_path;
-    Checkpoint::Builder b{c, o, {}, {}};
-    std::string key;
-    std::unordered_set<const Value*> on_path;
-    b.flatten(root, key, 0, on_path);
-    b.check_storages();
-    b.find_state_dict();
+    ModelBuilder(c, o).build(true);
 }
 
 namespace {
@@ -397,6 +393,18 @@ DistTarget dist_target(const std::string& path) {
     std::string base = text::base_name(path);
     if (base == ".metadata" || text::ends_with(base, ".distcp")) return {DistKind::dcp, text::parent_dir(path)};
     return {};
+}
+
+std::optional<std::string> sniff_deepspeed(const std::string& path) {
+    DistTarget t = dist_target(path);
+    if (t.kind == DistKind::deepspeed) return t.dir;
+    return std::nullopt;
+}
+
+std::optional<std::string> sniff_dcp(const std::string& path) {
+    DistTarget t = dist_target(path);
+    if (t.kind == DistKind::dcp) return t.dir;
+    return std::nullopt;
 }
 
 }  // namespace ckpt

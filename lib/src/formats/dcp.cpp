@@ -22,7 +22,8 @@
 #include "ckpt/error.hpp"
 #include "ckpt/zip.hpp"
 #include "ckpt/pickle.hpp"
-#include "dist.hpp"
+#include "formats/dist.hpp"
+#include "formats/format.hpp"
 #include "text_util.hpp"
 #include "torch_hooks.hpp"
 
@@ -55,11 +56,11 @@ struct Landing {
 
 }  // namespace
 
-std::unique_ptr<Checkpoint> Checkpoint::open_dcp(const std::string& dir, const OpenOptions& options) {
-    std::unique_ptr<Checkpoint> c(new Checkpoint());
-    c->m_path = dir;
-    c->m_dist = DistInfo{};
-    DistInfo& info = *c->m_dist;
+std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options) {
+    auto c = std::make_unique<Checkpoint::Contents>();
+    c->path = dir;
+    c->dist = DistInfo{};
+    DistInfo& info = *c->dist;
     info.dir = dir;
     info.layout = "dcp";
     DistView view(*c, options);
@@ -72,14 +73,14 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dcp(const std::string& dir, const O
     std::vector<Problem> meta_problems;
     const Value* meta = nullptr;
     try {
-        TorchHooks hooks(c->m_arena, no_storages, no_tensors, c->m_globals, meta_problems, ".metadata");
-        PickleResult r = run_pickle(meta_file->view(), c->m_arena, hooks, ".metadata", 0, options.pickle_limits);
+        TorchHooks hooks(c->arena, no_storages, no_tensors, c->globals, meta_problems, ".metadata");
+        PickleResult r = run_pickle(meta_file->view(), c->arena, hooks, ".metadata", 0, options.pickle_limits);
         hooks.finish();
         meta = r.root;
     } catch (const Error& e) {
         throw e.with_path(meta_path);
     }
-    for (GlobalRef& g : c->m_globals) g.record = ".metadata";
+    for (GlobalRef& g : c->globals) g.record = ".metadata";
     auto bad = [&](const std::string& why) { return Error(ErrorKind::corrupt, meta_path, why); };
     if (dist::class_of(meta).find("Metadata") == std::string::npos && !field(meta, "state_dict_metadata"))
         throw Error(ErrorKind::format, meta_path, "is not torch.distributed.checkpoint's Metadata (it holds " + repr(meta, 60) + ")");
@@ -121,7 +122,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dcp(const std::string& dir, const O
 
     // The writer: where TensorProperties lived tells the era, storage_meta came with 2.4.
     bool old_props = false;
-    for (const GlobalRef& g : c->m_globals)
+    for (const GlobalRef& g : c->globals)
         if (g.name == "TensorProperties" && g.module.find("_shard") != std::string::npos) old_props = true;
     info.writer = std::string("torch.distributed.checkpoint (torch ") +
                   (old_props ? "2.0–2.2" : field(meta, "storage_meta") ? "2.4+" : "2.3") + ")";
@@ -145,7 +146,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dcp(const std::string& dir, const O
                 view.set(container, key->kind == ValueKind::string ? view.str(key->s) : view.integer(key->i), v);
             } else {
                 if (key->kind != ValueKind::integer || key->i < 0 || key->i > 1'000'000) throw bad("planner_data's path of " + fqn + " indexes a list with " + repr(key, 40));
-                while (container->items.size() <= static_cast<size_t>(key->i)) c->m_arena.append(container->items, c->m_arena.none());
+                while (container->items.size() <= static_cast<size_t>(key->i)) c->arena.append(container->items, c->arena.none());
                 container->items.set(static_cast<size_t>(key->i), v);
             }
             return v;
@@ -257,8 +258,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dcp(const std::string& dir, const O
     }
     for (const auto& [rel, f] : files) info.files.push_back(rel);
     view.finish(root, "");
-    for (const TensorInfo& t : c->m_tensors) info.elements += t.numel;
-    return c;
+    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
+    return std::make_unique<Checkpoint>(std::move(c));
 }
 
 }  // namespace ckpt

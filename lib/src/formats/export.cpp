@@ -10,7 +10,7 @@
 // Later torch writes a different PT2 archive (archive_format "pt2", models/*.json, data/weights/…),
 // which is refused with that said. The archive's own records are not the checkpoint's: its records
 // are the two archives' (named "serialized_state_dict.pt:archive/data/0" …), as a sharded one's.
-#include "checkpoint_builder.hpp"
+#include "formats/format.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/zip.hpp"
@@ -25,18 +25,18 @@ bool sniff_export(const ZipArchive& zip) {
     return zip.find("serialized_state_dict.pt") || zip.find("serialized_exported_program.json") || zip.find("archive_format");
 }
 
-void Checkpoint::Builder::read_export() {
-    const ZipArchive& zip = *c.m_zip;  // read_torch_zip opened it and found no folder
+void read_export(Checkpoint::Contents& c, const OpenOptions& options) {
+    const ZipArchive& zip = *c.zip;  // read_torch_zip opened it and found no folder
     if (!zip.find("serialized_state_dict.pt"))
         throw Error(ErrorKind::unsupported, "",
                     "a PT2 archive of a newer torch.export (torch ≥ 2.7's layout, no serialized_state_dict.pt) is not read yet");
-    c.m_format = Format::torch_export;
+    c.format = Format::torch_export;
     if (const ZipEntry* v = zip.find("version"); v && v->size <= 64) {
         RecordData d = zip.record_data(*v);
-        c.m_version = std::string(d.view().as_chars());
-        while (!c.m_version.empty() && (c.m_version.back() == '\n' || c.m_version.back() == ' ')) c.m_version.pop_back();
+        c.version = std::string(d.view().as_chars());
+        while (!c.version.empty() && (c.version.back() == '\n' || c.version.back() == ' ')) c.version.pop_back();
     }
-    Value* root = c.m_arena.make(ValueKind::dict, 0);
+    Value* root = c.arena.make(ValueKind::dict, 0);
     StringIndex seen;
     std::vector<std::string> names;
     auto name_at = [&](size_t i) -> std::string_view { return names[i]; };
@@ -45,29 +45,29 @@ void Checkpoint::Builder::read_export() {
         if (!e) continue;
         if (e->method != 0)
             throw Error(ErrorKind::unsupported, "", std::string(part_name) + " is compressed in the archive, which torch.export never writes");
-        uint64_t at = c.m_base + zip.data_offset(*e);
-        std::unique_ptr<Checkpoint> part = Checkpoint::open_embedded(c.m_file, at, e->size, c.m_path + ":" + part_name, options);
+        uint64_t at = c.base + zip.data_offset(*e);
+        std::unique_ptr<Checkpoint> part = open_embedded(c.file, at, e->size, c.path + ":" + part_name, options);
         const Checkpoint* p = part.get();
         size_t base = c.adopt_part(std::move(part), part_name);
         for (const auto& sd : p->state_dict().entries) {
             const Entry& entry = p->entries()[sd.entry];
             if (seen.find(sd.name, name_at) != StringIndex::npos) {
-                c.m_problems.push_back({"export_duplicate", sd.name, "tensor " + sd.name + " is in both the state dict and the constants"});
+                c.problems.push_back({"export_duplicate", sd.name, "tensor " + sd.name + " is in both the state dict and the constants"});
                 continue;
             }
             seen.insert(sd.name, names.size(), name_at);
             names.push_back(sd.name);
-            Value* key = c.m_arena.make(ValueKind::string, 0);
-            key->s = c.m_arena.own(sd.name);
-            Value* tv = c.m_arena.make(ValueKind::tensor, entry.value->offset);
+            Value* key = c.arena.make(ValueKind::string, 0);
+            key->s = c.arena.own(sd.name);
+            Value* tv = c.arena.make(ValueKind::tensor, entry.value->offset);
             tv->i = static_cast<int64_t>(base + *entry.tensor);
-            tv->s = entry.value->s.empty() ? std::string_view() : c.m_arena.own(entry.value->s);
+            tv->s = entry.value->s.empty() ? std::string_view() : c.arena.own(entry.value->s);
             tv->state = entry.value->state;  // the part stays open: its values live as long as this
-            c.m_arena.append(root->entries, key);
-            c.m_arena.append(root->entries, tv);
+            c.arena.append(root->entries, key);
+            c.arena.append(root->entries, tv);
         }
     }
-    c.m_root_value = root;
+    c.root = root;
 }
 
 }  // namespace ckpt

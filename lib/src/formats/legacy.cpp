@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "checkpoint_builder.hpp"
+#include "formats/format.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
@@ -40,17 +40,17 @@ bool sniff_legacy(ByteView file) {
            std::memcmp(file.data + at + 2, k_magic, sizeof k_magic) == 0;
 }
 
-void Checkpoint::Builder::read_legacy() {
+void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
     ByteView file = c.bytes();
-    c.m_format = Format::legacy;
+    c.format = Format::legacy;
     uint64_t at = 0;
     PickleHooks plain;  // the header pickles hold plain data
     auto next = [&](const std::string& what, PickleHooks& hooks, PickleTrace* trace = nullptr) -> const Value* {
         if (at >= file.size) corrupt("the file ends before the " + what, at);
         ByteView rest = *file.sub(at, file.size - at);
-        PickleResult r = run_pickle(rest, c.m_arena, hooks, what, at, options.pickle_limits, trace);
+        PickleResult r = run_pickle(rest, c.arena, hooks, what, at, options.pickle_limits, trace);
         at += r.end;
-        if (what == "pickle") c.m_protocol = r.protocol;
+        if (what == "pickle") c.protocol = r.protocol;
         return r.root;
     };
     const Value* magic = next("magic number", plain);
@@ -59,7 +59,7 @@ void Checkpoint::Builder::read_legacy() {
     const Value* version = next("protocol version", plain);
     if (version->kind != ValueKind::integer || version->i != k_protocol_version)
         throw Error(ErrorKind::unsupported, "", "legacy checkpoint of protocol version " + repr(version, 40) + " (only 1001 is read)");
-    c.m_version = "1001";
+    c.version = "1001";
     const Value* info = next("sys_info", plain);
     if (info->kind != ValueKind::dict) corrupt("sys_info is not a dict", at);
     bool little = true;
@@ -67,41 +67,41 @@ void Checkpoint::Builder::read_legacy() {
         if (le->kind != ValueKind::boolean) corrupt("sys_info little_endian is " + repr(le, 40), at);
         little = le->i != 0;
     }
-    c.m_byteorder = little ? "little" : "big";
-    c.m_byteorder_recorded = true;
+    c.byteorder = little ? "little" : "big";
+    c.byteorder_recorded = true;
     if (const Value* ts = info->get("type_sizes"); ts && ts->kind == ValueKind::dict)
         for (size_t i = 0; i < ts->dict_size(); ++i) {
             const Value *k = ts->dict_key(i), *v = ts->dict_value(i);
             if (k->kind != ValueKind::string || v->kind != ValueKind::integer || v->i < 1 || v->i > 16)
                 corrupt("sys_info type_sizes holds " + repr(k, 40) + ": " + repr(v, 40), at);
-            c.m_type_sizes.push_back({std::string(k->s), static_cast<int>(v->i)});
+            c.type_sizes.push_back({std::string(k->s), static_cast<int>(v->i)});
         }
     // Storage element sizes do not follow type_sizes (LongStorage is int64 on every platform torch
     // runs on, Windows' 4-byte long included); a writer whose short or int were not 2 and 4 bytes
     // wrote something else.
-    for (const auto& [name, size] : c.m_type_sizes)
+    for (const auto& [name, size] : c.type_sizes)
         if ((name == "short" && size != 2) || (name == "int" && size != 4) || (name == "long" && size != 4 && size != 8))
             throw Error(ErrorKind::unsupported, "", "legacy checkpoint written where " + name + " is " + std::to_string(size) + " bytes");
 
     uint64_t pickle_at = at;
-    c.m_pickle_record = "pickle";
-    if (options.trace_pickle) c.m_trace = std::make_unique<PickleTrace>();
-    TorchHooks hooks(c.m_arena, c.m_storages, c.m_tensors, c.m_globals, c.m_problems, "pickle");
-    c.m_root_value = next("pickle", hooks, c.m_trace.get());
+    c.pickle_record = "pickle";
+    if (options.trace_pickle) c.trace = std::make_unique<PickleTrace>();
+    TorchHooks hooks(c.arena, c.storages, c.tensors, c.globals, c.problems, "pickle");
+    c.root = next("pickle", hooks, c.trace.get());
     hooks.finish();
-    c.m_pickle = std::make_unique<RecordData>(*file.sub(pickle_at, at - pickle_at));
-    c.m_pickle_size = at - pickle_at;
+    c.pickle = std::make_unique<RecordData>(*file.sub(pickle_at, at - pickle_at));
+    c.metadata_size = at - pickle_at;
 
     const Value* keys = next("storage key list", plain);
     if (keys->kind != ValueKind::list) corrupt("the storage key list is " + repr(keys, 40), at);
     std::unordered_map<std::string, size_t> storage_of;
-    for (size_t i = 0; i < c.m_storages.size(); ++i) storage_of.emplace(c.m_storages[i].key, i);
+    for (size_t i = 0; i < c.storages.size(); ++i) storage_of.emplace(c.storages[i].key, i);
     for (const Value* k : keys->items) {
         if (k->kind != ValueKind::string) corrupt("a storage key is " + repr(k, 40), at);
         std::string key(k->s);
         auto s = storage_of.find(key);
         if (s == storage_of.end()) corrupt("storage " + key + " is listed but no tensor uses it", at);
-        StorageInfo& st = c.m_storages[s->second];
+        StorageInfo& st = c.storages[s->second];
         if (st.record_present) corrupt("storage " + key + " is listed twice", at);
         st.record = key;
         st.record_present = true;
@@ -118,14 +118,14 @@ void Checkpoint::Builder::read_legacy() {
         uint64_t held = std::min(size, avail);
         st.record_size = held;
         c.add_record({key, held, false, 0, {}});
-        c.m_record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
+        c.record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
         if (held < size) {
             at = file.size;
             break;
         }
         at = begin + size;
     }
-    for (auto& st : c.m_storages)
+    for (auto& st : c.storages)
         if (!st.record_present) st.record = st.key;  // not listed: the storage check reports it missing
 }
 

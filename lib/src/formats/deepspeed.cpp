@@ -25,7 +25,8 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/zip.hpp"
-#include "dist.hpp"
+#include "formats/dist.hpp"
+#include "formats/format.hpp"
 #include "text_util.hpp"
 
 namespace ckpt {
@@ -200,11 +201,11 @@ void take_state(DistView& view, const Checkpoint& part, const Value* state, size
 
 }  // namespace
 
-std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given, const OpenOptions& options) {
-    std::unique_ptr<Checkpoint> c(new Checkpoint());
-    c->m_path = given;
-    c->m_dist = DistInfo{};
-    DistInfo& info = *c->m_dist;
+std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenOptions& options) {
+    auto c = std::make_unique<Checkpoint::Contents>();
+    c->path = given;
+    c->dist = DistInfo{};
+    DistInfo& info = *c->dist;
     // Which tag folder: the one given, --tag, what `latest` names, or the only one there is.
     std::string top = given, tagdir;
     if (tag_folder(given)) {
@@ -288,8 +289,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
         for (size_t i = 0; i < module->dict_size(); ++i) view.set(sd_value, view.copy(*m0, module->dict_key(i)), view.copy(*m0, module->dict_value(i)));
         keep_entries();
         view.finish(root, "module");
-        for (const TensorInfo& t : c->m_tensors) info.elements += t.numel;
-        return c;
+        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
+        return std::make_unique<Checkpoint>(std::move(c));
     }
 
     // Every rank's optimizer file is there, and only those.
@@ -520,13 +521,13 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
                 uint64_t whole = part_len[r][g] + static_cast<uint64_t>(pad);
                 if (r == 0) partition = whole;
                 else if (whole != partition)
-                    c->m_problems.push_back({"partition_size", files.optim[r],
+                    c->problems.push_back({"partition_size", files.optim[r],
                                              files.optim[r] + ": group " + std::to_string(g) + " holds " + std::to_string(part_len[r][g]) +
                                                  " elements and " + std::to_string(pad) + " of padding, rank 0's partition is " +
                                                  std::to_string(partition)});
             }
             if (partition * static_cast<uint64_t>(ws) != align_up(off, align))
-                c->m_problems.push_back({"partition_padding", tagdir,
+                c->problems.push_back({"partition_padding", tagdir,
                                          "parameter group " + std::to_string(g) + ": " + std::to_string(ws) + " partitions of " +
                                              std::to_string(partition) + " elements for " + std::to_string(off) +
                                              " elements, the layout pads to a multiple of " + std::to_string(align) + " (" +
@@ -617,9 +618,9 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
                 for (size_t i = 0; i < src->dict_size(); ++i)
                     if (str_of(src->dict_key(i)) != std::optional<std::string_view>("params")) view.set(grp, src->dict_key(i), src->dict_value(i));
             Value* ids = view.list();
-            for (size_t k = 0; k < shapes[g].size(); ++k) c->m_arena.append(ids->items, view.integer(static_cast<int64_t>(next++)));
+            for (size_t k = 0; k < shapes[g].size(); ++k) c->arena.append(ids->items, view.integer(static_cast<int64_t>(next++)));
             view.set(grp, "params", ids);
-            c->m_arena.append(groups->items, grp);
+            c->arena.append(groups->items, grp);
         }
         view.set(opt, "param_groups", groups);
         view.set(root, "optimizer", opt);
@@ -631,9 +632,9 @@ std::unique_ptr<Checkpoint> Checkpoint::open_deepspeed(const std::string& given,
     keep_entries();
     view.finish(root, "module");
     std::set<size_t> counted;  // a tied name is one tensor
-    for (const auto& e : c->m_state_dict.entries)
-        if (counted.insert(*c->m_entries[e.entry].tensor).second) info.elements += c->m_tensors[*c->m_entries[e.entry].tensor].numel;
-    return c;
+    for (const auto& e : c->state_dict.entries)
+        if (counted.insert(*c->entries[e.entry].tensor).second) info.elements += c->tensors[*c->entries[e.entry].tensor].numel;
+    return std::make_unique<Checkpoint>(std::move(c));
 }
 
 }  // namespace ckpt

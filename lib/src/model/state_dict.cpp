@@ -4,7 +4,7 @@
 // state dict").
 #include <unordered_set>
 
-#include "checkpoint_builder.hpp"
+#include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
 #include "text_util.hpp"
 
@@ -12,7 +12,7 @@ namespace ckpt {
 
 using text::starts_with;
 
-size_t Checkpoint::Builder::dict_tensor_count(const Value* v) const {
+size_t ModelBuilder::dict_tensor_count(const Value* v) const {
     if (!v || v->kind != ValueKind::dict) return 0;
     size_t n = 0;
     for (size_t i = 0; i < v->dict_size(); ++i)
@@ -20,8 +20,8 @@ size_t Checkpoint::Builder::dict_tensor_count(const Value* v) const {
     return n;
 }
 
-void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
-    StateDict& sd = c.m_state_dict;
+void ModelBuilder::take_dict(const Value* d, const std::string& path) {
+    StateDict& sd = c.state_dict;
     sd.kind = StateDictKind::dict;
     sd.path = path;
     sd.value = d;
@@ -41,12 +41,12 @@ void Checkpoint::Builder::take_dict(const Value* d, const std::string& path) {
     sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");
 }
 
-bool Checkpoint::Builder::is_module(const Value* v) const {
+bool ModelBuilder::is_module(const Value* v) const {
     if (!v || v->kind != ValueKind::object || !v->state || v->state->kind != ValueKind::dict) return false;
     return v->state->get("_parameters") && v->state->get("_modules");
 }
 
-void Checkpoint::Builder::walk_module(const Value* m, const std::string& entry_path,
+void ModelBuilder::walk_module(const Value* m, const std::string& entry_path,
                                       const std::string& name_prefix, int depth) {
     if (depth > k_max_walk_depth) throw Error(ErrorKind::limit, "", "module tree nested too deeply");
     const Value* st = m->state;
@@ -64,7 +64,7 @@ void Checkpoint::Builder::walk_module(const Value* m, const std::string& entry_p
             std::string name(k->s);
             if (std::string(group) == "_buffers" && non_persistent.count(name)) continue;
             size_t entry = entry_by_key.find(join(join(entry_path, group), name), entry_key());
-            if (entry != StringIndex::npos) c.m_state_dict.entries.push_back({name_prefix + name, entry});
+            if (entry != StringIndex::npos) c.state_dict.entries.push_back({name_prefix + name, entry});
         }
     }
     const Value* mods = st->get("_modules");
@@ -78,17 +78,17 @@ void Checkpoint::Builder::walk_module(const Value* m, const std::string& entry_p
     }
 }
 
-void Checkpoint::Builder::take_module(const Value* m, const std::string& path) {
-    c.m_state_dict.kind = StateDictKind::module;
-    c.m_state_dict.path = path;
-    c.m_state_dict.value = m;
+void ModelBuilder::take_module(const Value* m, const std::string& path) {
+    c.state_dict.kind = StateDictKind::module;
+    c.state_dict.path = path;
+    c.state_dict.value = m;
     walk_module(m, path, "", 0);
 }
 
 // Resolves a dotted path through dicts and object attributes; keys may contain dots themselves,
 // so the longest matching key wins at each level.
-const Value* Checkpoint::Builder::resolve(const std::string& dotted, std::string& path_out) const {
-    const Value* v = c.m_root_value;
+const Value* ModelBuilder::resolve(const std::string& dotted, std::string& path_out) const {
+    const Value* v = c.root;
     std::string rest = dotted;
     path_out.clear();
     while (!rest.empty()) {
@@ -112,8 +112,8 @@ const Value* Checkpoint::Builder::resolve(const std::string& dotted, std::string
     return v;
 }
 
-void Checkpoint::Builder::find_state_dict() {
-    const Value* root = c.m_root_value;
+void ModelBuilder::find_state_dict() {
+    const Value* root = c.root;
     if (options.state_dict_key) {
         std::string path;
         const Value* v = resolve(*options.state_dict_key, path);
@@ -166,14 +166,14 @@ void Checkpoint::Builder::find_state_dict() {
                 queue.push_back({x, path.empty() ? key_part(d->dict_key(i)) : path + "." + key_part(d->dict_key(i))});
         }
     }
-    if (best && c.m_format != Format::torchscript) return take_dict(best, best_path);
+    if (best && c.format != Format::torchscript) return take_dict(best, best_path);
 
     // A TorchScript module keeps parameters as attributes: every tensor by its path.
-    if (c.m_format == Format::torchscript) {
-        c.m_state_dict.kind = StateDictKind::tree;
-        c.m_state_dict.value = root;
-        for (size_t i = 0; i < c.m_entries.size(); ++i)
-            if (c.m_entries[i].tensor) c.m_state_dict.entries.push_back({c.m_entries[i].key, i});
+    if (c.format == Format::torchscript) {
+        c.state_dict.kind = StateDictKind::tree;
+        c.state_dict.value = root;
+        for (size_t i = 0; i < c.entries.size(); ++i)
+            if (c.entries[i].tensor) c.state_dict.entries.push_back({c.entries[i].key, i});
     }
 }
 

@@ -6,18 +6,18 @@
 #include <functional>
 #include <unordered_set>
 
-#include "checkpoint_builder.hpp"
+#include "model/model_builder.hpp"
 #include "ckpt/zip.hpp"
 
 namespace ckpt {
 
-void Checkpoint::Builder::check_storages() {
-    for (const auto& s : c.m_storages) {
+void ModelBuilder::check_storages() {
+    for (const auto& s : c.storages) {
         if (!s.record_present) {
-            c.m_problems.push_back({"missing_record", s.record,
+            c.problems.push_back({"missing_record", s.record,
                                     "storage " + s.key + " has no record " + s.record});
         } else if (s.record_size != s.nbytes()) {
-            c.m_problems.push_back(
+            c.problems.push_back(
                 {"record_size", s.record,
                  "record " + s.record + " holds " + std::to_string(s.record_size) + " bytes, but storage " +
                      s.key + " is " + std::to_string(s.numel) + " × " + std::string(dtype_name(s.dtype)) +
@@ -27,23 +27,23 @@ void Checkpoint::Builder::check_storages() {
     std::unordered_set<size_t> reported;
     // A sparse or nested tensor is checked through the tensors it is made of (its key, then the part's name).
     std::function<void(const std::string&, size_t)> check = [&](const std::string& key, size_t i) {
-        const TensorInfo& t = c.m_tensors[i];
+        const TensorInfo& t = c.tensors[i];
         if (t.extra) {
             for (const TensorPart& p : t.extra->parts) check(key + "." + std::string(p.name), p.tensor);
             for (size_t k = 0; k < t.extra->components.size(); ++k) check(key + "[" + std::to_string(k) + "]", t.extra->components[k]);
         }
         if (!t.strided_view() || !reported.insert(i).second) return;
-        const StorageInfo& s = c.m_storages[t.storage];
+        const StorageInfo& s = c.storages[t.storage];
         uint64_t elem_capacity = s.dtype == DType::untyped ? s.numel / dtype_size(t.dtype) : s.numel;
         uint64_t need = t.numel == 0 ? 0 : static_cast<uint64_t>(t.storage_offset) + t.extent;
         if (need > elem_capacity)
-            c.m_problems.push_back(
+            c.problems.push_back(
                 {"out_of_bounds", key,
                  "tensor " + key + " (offset " + std::to_string(t.storage_offset) + ", spans " +
                      std::to_string(t.extent) + " elements) runs past the end of storage " + s.key +
                      " (" + std::to_string(elem_capacity) + " elements)"});
     };
-    for (const Entry& e : c.m_entries)
+    for (const Entry& e : c.entries)
         if (e.tensor && !reported.count(*e.tensor)) check(e.key, *e.tensor);
 }
 
@@ -51,10 +51,10 @@ namespace {
 
 // The int64 elements of a small plain tensor (a nested tensor's sizes, strides, offsets), in
 // row-major order; nullopt with `why` set when they cannot be read.
-std::optional<std::vector<int64_t>> small_ints(const Checkpoint& c, const TensorInfo& t, std::string& why) {
+std::optional<std::vector<int64_t>> small_ints(const Checkpoint::Contents& c, const TensorInfo& t, std::string& why) {
     if (!t.plain() || t.dtype != DType::int64) return why = "not a plain int64 tensor", std::nullopt;
     if (t.numel > (1u << 22)) return why = std::to_string(t.numel) + " elements, more than this reader takes", std::nullopt;
-    const StorageInfo& s = c.storages()[t.storage];
+    const StorageInfo& s = c.storages[t.storage];
     auto r = c.record_index(s.record);
     if (!s.record_present || !r) return why = "its record " + s.record + " is missing", std::nullopt;
     RecordData data = c.record_data(*r);
@@ -88,29 +88,29 @@ constexpr size_t k_max_components = 1u << 20;
 // Nested and jagged tensors: each component becomes a view of the buffer (values), its shape,
 // strides and offset read from the small int64 parts. These few bytes are the only elements
 // opening a checkpoint reads, and only where such tensors are.
-void Checkpoint::Builder::resolve_components() {
-    for (size_t i = 0, n = c.m_tensors.size(); i < n; ++i) {
-        Layout layout = c.m_tensors[i].layout;
-        if (!c.m_tensors[i].nested() || !c.m_tensors[i].extra->components.empty()) continue;
-        auto e = std::make_shared<TensorExtra>(*c.m_tensors[i].extra);
+void ModelBuilder::resolve_components() {
+    for (size_t i = 0, n = c.tensors.size(); i < n; ++i) {
+        Layout layout = c.tensors[i].layout;
+        if (!c.tensors[i].nested() || !c.tensors[i].extra->components.empty()) continue;
+        auto e = std::make_shared<TensorExtra>(*c.tensors[i].extra);
         auto fail = [&](const std::string& why) {
-            c.m_problems.push_back({"nested_parts", "", "a nested tensor's components cannot be read: " + why});
+            c.problems.push_back({"nested_parts", "", "a nested tensor's components cannot be read: " + why});
         };
         std::string why;
         std::vector<std::optional<std::vector<int64_t>>> ints;
         for (size_t p = 1; p < e->parts.size(); ++p) {
-            ints.push_back(small_ints(c, c.m_tensors[e->parts[p].tensor], why));
+            ints.push_back(small_ints(c, c.tensors[e->parts[p].tensor], why));
             if (!ints.back()) break;
         }
         if (ints.empty() || !ints.back()) {
             fail(std::string(e->parts[ints.size()].name) + " is " + why);
             continue;
         }
-        const TensorInfo base = c.m_tensors[e->parts[0].tensor];
+        const TensorInfo base = c.tensors[e->parts[0].tensor];
         // nested: sizes [n, d], strides [n, d], offsets [n]; jagged: offsets [B + 1] (and lengths [B])
         // along values' ragged dimension
         bool strided = layout == Layout::nested;
-        const TensorInfo& sizes = c.m_tensors[e->parts[1].tensor];
+        const TensorInfo& sizes = c.tensors[e->parts[1].tensor];
         size_t count = strided ? (sizes.shape.empty() ? 0 : static_cast<size_t>(sizes.shape[0]))
                                : (ints[0]->empty() ? 0 : ints[0]->size() - 1);
         size_t dims = strided && sizes.shape.size() == 2 ? static_cast<size_t>(sizes.shape[1]) : 0;
@@ -157,11 +157,11 @@ void Checkpoint::Builder::resolve_components() {
             continue;
         }
         for (TensorInfo& t : comps) {
-            e->components.push_back(c.m_tensors.size());
-            c.m_tensors.push_back(std::move(t));
+            e->components.push_back(c.tensors.size());
+            c.tensors.push_back(std::move(t));
         }
-        c.m_tensors[i].numel = numel;
-        c.m_tensors[i].extra = std::move(e);
+        c.tensors[i].numel = numel;
+        c.tensors[i].extra = std::move(e);
     }
 }
 

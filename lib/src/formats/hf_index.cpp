@@ -1,4 +1,5 @@
-// Sharded checkpoints: a Hugging Face index and the shards it names, opened as one checkpoint.
+// The Hugging Face index format: a *.index.json (or a folder holding one) and the shards it names,
+// opened as one checkpoint; and how any checkpoint made of parts joins them (Contents::adopt_part).
 #include <dirent.h>
 #include "text_util.hpp"
 #include <sys/stat.h>
@@ -6,7 +7,8 @@
 
 #include <algorithm>
 
-#include "checkpoint_builder.hpp"
+#include "formats/format.hpp"
+#include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/mapped_file.hpp"
 #include "ckpt/report.hpp"
@@ -37,17 +39,17 @@ bool is_sharded_index(const std::string& path) {
     return ends_with(path, ".index.json") || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
-size_t Checkpoint::adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name) {
-    size_t index = m_shards.size(), storage_base = m_storages.size(), tensor_base = m_tensors.size();
+size_t Checkpoint::Contents::adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name) {
+    size_t index = shards.size(), storage_base = storages.size(), tensor_base = tensors.size();
     for (size_t r = 0; r < part->records().size(); ++r) {
         RecordInfo rec = part->records()[r];
         rec.name = name + ":" + rec.name;
         add_record(rec);
-        m_record_owner.push_back({index, r});
+        record_owner.push_back({index, r});
     }
     for (StorageInfo st : part->storages()) {
         st.record = name + ":" + st.record;
-        m_storages.push_back(std::move(st));
+        storages.push_back(std::move(st));
     }
     for (TensorInfo t : part->tensors()) {
         t.storage += storage_base;
@@ -57,22 +59,22 @@ size_t Checkpoint::adopt_part(std::unique_ptr<Checkpoint> part, const std::strin
             for (size_t& k : e->components) k += tensor_base;
             t.extra = std::move(e);
         }
-        m_tensors.push_back(std::move(t));
+        tensors.push_back(std::move(t));
     }
     for (const auto& kv : part->metadata())  // safetensors' __metadata__, joined: the first part's value wins
-        if (std::none_of(m_metadata.begin(), m_metadata.end(), [&](const auto& m) { return m.first == kv.first; }))
-            m_metadata.push_back(kv);
-    for (const Problem& p : part->problems()) m_problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
+        if (std::none_of(metadata.begin(), metadata.end(), [&](const auto& m) { return m.first == kv.first; }))
+            metadata.push_back(kv);
+    for (const Problem& p : part->problems()) problems.push_back({p.kind, name + ":" + p.key, name + ": " + p.message});
     for (const GlobalRef& g : part->globals()) {  // one row a name, as in one file; the first place named
-        auto same = std::find_if(m_globals.begin(), m_globals.end(), [&](const GlobalRef& x) { return x.module == g.module && x.name == g.name; });
-        if (same != m_globals.end()) {
+        auto same = std::find_if(globals.begin(), globals.end(), [&](const GlobalRef& x) { return x.module == g.module && x.name == g.name; });
+        if (same != globals.end()) {
             same->count += g.count;
             continue;
         }
-        m_globals.push_back(g);
-        m_globals.back().record = name + ":" + g.record;
+        globals.push_back(g);
+        globals.back().record = name + ":" + g.record;
     }
-    m_shards.push_back(std::move(part));
+    shards.push_back(std::move(part));
     return tensor_base;
 }
 
@@ -81,15 +83,20 @@ size_t Checkpoint::adopt_part(std::unique_ptr<Checkpoint> part, const std::strin
 // what the index says is checked against what the shards hold, and disagreements are problems:
 // a tensor in another shard than the map says, one the map does not list, one the map lists that no
 // shard holds, a name in two shards, a total_size other than the tensors' bytes.
-std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, const OpenOptions& options) {
+std::optional<std::string> sniff_hf_index(const std::string& path) {
+    if (is_sharded_index(path)) return path;
+    return std::nullopt;
+}
+
+std::unique_ptr<Checkpoint> open_hf_index(const std::string& given, const OpenOptions& options) {
     struct stat ds {};
     std::string path = ::stat(given.c_str(), &ds) == 0 && S_ISDIR(ds.st_mode) ? index_in(given) : given;
-    std::unique_ptr<Checkpoint> c(new Checkpoint());
-    c->m_path = path;
+    auto c = std::make_unique<Checkpoint::Contents>();
+    c->path = path;
     auto j = read_json_file(path);
     auto bad = [&](const std::string& why) { throw Error(ErrorKind::format, path, "not a sharded checkpoint index: " + why); };
     if (!j || !j->is_object() || !j->contains("weight_map") || !(*j)["weight_map"].is_object()) bad("no \"weight_map\" object");
-    c->m_file = std::make_unique<MappedFile>(path);
+    c->file = std::make_unique<MappedFile>(path);
     std::string dir = text::parent_dir(path);
     std::vector<std::pair<std::string, std::string>> map;  // name → shard, in the index's order
     std::unordered_map<std::string, std::string> shard_of;
@@ -100,60 +107,56 @@ std::unique_ptr<Checkpoint> Checkpoint::open_index(const std::string& given, con
             bad("weight_map[\"" + it.key() + "\"] names \"" + file + "\", not a file beside the index");
         map.push_back({it.key(), file});
         shard_of.emplace(it.key(), file);
-        if (std::find(c->m_shard_names.begin(), c->m_shard_names.end(), file) == c->m_shard_names.end())
-            c->m_shard_names.push_back(file);
+        if (std::find(c->shard_names.begin(), c->shard_names.end(), file) == c->shard_names.end())
+            c->shard_names.push_back(file);
     }
-    std::sort(c->m_shard_names.begin(), c->m_shard_names.end());  // model-00001-of-… first
-    Value* root = c->m_arena.make(ValueKind::dict, 0);
+    std::sort(c->shard_names.begin(), c->shard_names.end());  // model-00001-of-… first
+    Value* root = c->arena.make(ValueKind::dict, 0);
     std::unordered_map<std::string, std::string> holder;  // tensor name → the shard that holds it
     uint64_t total = 0;
-    for (size_t s = 0; s < c->m_shard_names.size(); ++s) {
-        const std::string& file = c->m_shard_names[s];
+    for (size_t s = 0; s < c->shard_names.size(); ++s) {
+        const std::string& file = c->shard_names[s];
         std::string full = dir + "/" + file;
         if (::access(full.c_str(), F_OK) != 0)
             throw Error(ErrorKind::io, path, "shard " + file + " named by the index does not exist");
         std::unique_ptr<Checkpoint> owned = Checkpoint::open(full, options);
         const Checkpoint* shard = owned.get();
-        if (s == 0) c->m_format = shard->format();
+        if (s == 0) c->format = shard->format();
         size_t tensor_base = c->adopt_part(std::move(owned), file);
         for (const auto& e : shard->state_dict().entries) {
             const Entry& entry = shard->entries()[e.entry];
             auto [it, fresh] = holder.emplace(e.name, file);
             if (!fresh) {
-                c->m_problems.push_back({"index_duplicate", e.name, "tensor " + e.name + " is in both " + it->second + " and " + file});
+                c->problems.push_back({"index_duplicate", e.name, "tensor " + e.name + " is in both " + it->second + " and " + file});
                 continue;
             }
             auto listed = shard_of.find(e.name);
             if (listed == shard_of.end())
-                c->m_problems.push_back({"index_unlisted", e.name, "tensor " + e.name + " of " + file + " is not in the index's weight_map"});
+                c->problems.push_back({"index_unlisted", e.name, "tensor " + e.name + " of " + file + " is not in the index's weight_map"});
             else if (listed->second != file)
-                c->m_problems.push_back({"index_wrong_shard", e.name, "tensor " + e.name + " is in " + file + ", the index says " + listed->second});
-            Value* key = c->m_arena.make(ValueKind::string, 0);
-            key->s = c->m_arena.own(e.name);
-            Value* tv = c->m_arena.make(ValueKind::tensor, 0);
+                c->problems.push_back({"index_wrong_shard", e.name, "tensor " + e.name + " is in " + file + ", the index says " + listed->second});
+            Value* key = c->arena.make(ValueKind::string, 0);
+            key->s = c->arena.own(e.name);
+            Value* tv = c->arena.make(ValueKind::tensor, 0);
             tv->i = static_cast<int64_t>(tensor_base + *entry.tensor);
-            tv->s = c->m_arena.own(std::string(dtype_name(c->m_tensors[tensor_base + *entry.tensor].dtype)));
-            c->m_arena.append(root->entries, key);
-            c->m_arena.append(root->entries, tv);
-            total += c->tensor_bytes(c->m_tensors[tensor_base + *entry.tensor]);
+            tv->s = c->arena.own(std::string(dtype_name(c->tensors[tensor_base + *entry.tensor].dtype)));
+            c->arena.append(root->entries, key);
+            c->arena.append(root->entries, tv);
+            total += c->tensor_bytes(c->tensors[tensor_base + *entry.tensor]);
         }
     }
     for (const auto& [name, file] : map)
         if (!holder.count(name))
-            c->m_problems.push_back({"index_missing_tensor", name, "the index places " + name + " in " + file + ", which does not hold it"});
+            c->problems.push_back({"index_missing_tensor", name, "the index places " + name + " in " + file + ", which does not hold it"});
     if (j->contains("metadata") && (*j)["metadata"].is_object() && (*j)["metadata"].contains("total_size")) {
         const auto& ts = (*j)["metadata"]["total_size"];
         if (!ts.is_number_unsigned() || ts.get<uint64_t>() != total)
-            c->m_problems.push_back({"index_total_size", path, "the index's total_size is " + ts.dump() + ", the tensors hold " +
+            c->problems.push_back({"index_total_size", path, "the index's total_size is " + ts.dump() + ", the tensors hold " +
                                                                    std::to_string(total) + " bytes"});
     }
-    c->m_root_value = root;
-    Builder b{*c, options, {}, {}};
-    std::string key;
-    std::unordered_set<const Value*> on_path;
-    b.flatten(root, key, 0, on_path);
-    b.find_state_dict();
-    return c;
+    c->root = root;
+    ModelBuilder(*c, options).build(false);  // the shards checked their storages
+    return std::make_unique<Checkpoint>(std::move(c));
 }
 
 }  // namespace ckpt

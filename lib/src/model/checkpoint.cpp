@@ -1,0 +1,225 @@
+// The checkpoint model's answers: Checkpoint::open asks each format (formats/) whether the path or
+// its bytes are its own, and every accessor answers from the Contents the format's reader filled.
+#include "ckpt/checkpoint.hpp"
+
+#include <unordered_set>
+
+#include "ckpt/error.hpp"
+#include "formats/format.hpp"
+#include "gather.hpp"
+#include "model/contents.hpp"
+
+namespace ckpt {
+
+const char* state_dict_kind_name(StateDictKind k) {
+    switch (k) {
+        case StateDictKind::none: return "none";
+        case StateDictKind::dict: return "dict";
+        case StateDictKind::module: return "module";
+        case StateDictKind::tree: return "tree";
+    }
+    return "none";
+}
+
+const char* format_name(Format f) {
+    switch (f) {
+        case Format::torch_zip: return "torch-zip";
+        case Format::torchscript: return "torchscript";
+        case Format::safetensors: return "safetensors";
+        case Format::legacy: return "legacy";
+        case Format::distributed: return "distributed";
+        case Format::torch_export: return "torch-export";
+    }
+    return "?";
+}
+
+const char* layout_name(Layout l) {
+    switch (l) {
+        case Layout::strided: return "strided";
+        case Layout::sparse_coo: return "sparse_coo";
+        case Layout::sparse_csr: return "sparse_csr";
+        case Layout::sparse_csc: return "sparse_csc";
+        case Layout::sparse_bsr: return "sparse_bsr";
+        case Layout::sparse_bsc: return "sparse_bsc";
+        case Layout::nested: return "strided";  // torch: layout strided, is_nested
+        case Layout::jagged: return "jagged";
+    }
+    return "strided";
+}
+
+std::optional<Layout> layout_from_name(std::string_view name) {
+    if (name.substr(0, 6) == "torch.") name.remove_prefix(6);
+    static constexpr std::pair<std::string_view, Layout> k_layouts[] = {
+        {"strided", Layout::strided},       {"sparse_coo", Layout::sparse_coo}, {"sparse_csr", Layout::sparse_csr},
+        {"sparse_csc", Layout::sparse_csc}, {"sparse_bsr", Layout::sparse_bsr}, {"sparse_bsc", Layout::sparse_bsc},
+        {"jagged", Layout::jagged}};
+    for (const auto& [n, l] : k_layouts)
+        if (n == name) return l;
+    return std::nullopt;
+}
+
+const char* TensorInfo::count_elements() {
+    uint64_t n = 1, span = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] < 0 || stride[d] < 0) return "negative size or stride";
+        auto m = checked_mul(n, static_cast<uint64_t>(shape[d]));
+        if (!m) return "element count overflows";
+        n = *m;
+    }
+    if (n == 0) span = 0;
+    for (size_t d = 0; d < shape.size() && n; ++d) {
+        auto step = checked_mul(static_cast<uint64_t>(shape[d] - 1), static_cast<uint64_t>(stride[d]));
+        auto e = step ? checked_add(span, *step) : std::nullopt;
+        if (!e) return "tensor extent overflows";
+        span = *e;
+    }
+    if (!checked_mul(n, dtype_size(dtype))) return "byte size overflows";
+    numel = n;
+    extent = span;
+    return nullptr;
+}
+
+bool TensorInfo::contiguous() const {
+    int64_t expected = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] != 1 && stride[d] != expected) return false;
+        expected *= shape[d];
+    }
+    return true;
+}
+
+std::string key_part(const Value* key) {
+    switch (key->kind) {
+        case ValueKind::string: return std::string(key->s);
+        case ValueKind::integer: return std::to_string(key->i);
+        default: return repr(key, 60, 2);
+    }
+}
+
+Checkpoint::~Checkpoint() = default;
+Checkpoint::Checkpoint(std::unique_ptr<Contents> contents) : m(std::move(contents)) {}
+const std::string& Checkpoint::path() const { return m->path; }
+Format Checkpoint::format() const { return m->format; }
+const std::string& Checkpoint::zip_root() const { return m->zip_root; }
+const std::string& Checkpoint::byteorder() const { return m->byteorder; }
+bool Checkpoint::byteorder_recorded() const { return m->byteorder_recorded; }
+const std::string& Checkpoint::version() const { return m->version; }
+const std::vector<std::pair<std::string, int>>& Checkpoint::type_sizes() const { return m->type_sizes; }
+uint8_t Checkpoint::pickle_protocol() const { return m->protocol; }
+uint64_t Checkpoint::metadata_size() const { return m->metadata_size; }
+const Value* Checkpoint::root() const { return m->root; }
+const std::vector<StorageInfo>& Checkpoint::storages() const { return m->storages; }
+const std::vector<TensorInfo>& Checkpoint::tensors() const { return m->tensors; }
+const std::vector<Entry>& Checkpoint::entries() const { return m->entries; }
+const StateDict& Checkpoint::state_dict() const { return m->state_dict; }
+const std::vector<GlobalRef>& Checkpoint::globals() const { return m->globals; }
+const std::vector<Problem>& Checkpoint::problems() const { return m->problems; }
+const std::vector<RecordInfo>& Checkpoint::records() const { return m->records; }
+const std::vector<std::string>& Checkpoint::shards() const { return m->shard_names; }
+const std::optional<DistInfo>& Checkpoint::dist() const { return m->dist; }
+const std::vector<std::pair<std::string, std::string>>& Checkpoint::metadata() const { return m->metadata; }
+const MappedFile& Checkpoint::file() const { return *m->file; }
+const std::string& Checkpoint::pickle_record() const { return m->pickle_record; }
+const PickleTrace* Checkpoint::pickle_trace() const { return m->trace.get(); }
+ByteView Checkpoint::pickle_bytes() const { return m->pickle ? m->pickle->view() : ByteView{}; }
+uint64_t Checkpoint::file_size() const {
+    if (m->dist) return m->dist->bytes;
+    return m->span ? m->span : m->file ? m->file->size() : 0;
+}
+
+size_t Checkpoint::record_count() const { return m->records.size(); }
+
+const ZipArchive& Checkpoint::zip() const {
+    if (!m->zip) throw Error(ErrorKind::unsupported, m->path, std::string("a ") + format_name(m->format) + " file has no zip archive");
+    return *m->zip;
+}
+
+const MappedFile& Checkpoint::Contents::record_file(size_t i) const {
+    if (dist) {
+        if (records[i].pieces.empty()) throw Error(ErrorKind::usage, path, "record " + records[i].name + " is empty: no file holds it");
+        return *records[i].pieces.front().file;
+    }
+    if (!shards.empty()) return shards[record_owner[i].first]->record_file(record_owner[i].second);
+    return *file;
+}
+const MappedFile& Checkpoint::record_file(size_t i) const { return m->record_file(i); }
+
+RecordData Checkpoint::Contents::record_data(size_t i) const {
+    if (dist) return detail::gather(records[i]);
+    if (!shards.empty()) return shards[record_owner[i].first]->record_data(record_owner[i].second);
+    if (zip) return zip->record_data(zip->entries()[i]);
+    auto [begin, end] = record_ranges[i];
+    return RecordData(*bytes().sub(begin, end - begin));
+}
+RecordData Checkpoint::record_data(size_t i) const { return m->record_data(i); }
+
+std::optional<uint64_t> Checkpoint::Contents::record_file_offset(size_t i) const {
+    if (dist) return std::nullopt;  // gathered: no one range to copy from
+    if (!shards.empty()) return shards[record_owner[i].first]->record_file_offset(record_owner[i].second);
+    if (!zip) return base + record_ranges[i].first;
+    const ZipEntry& e = zip->entries()[i];
+    if (e.method != 0) return std::nullopt;
+    if (span) return base + zip->data_offset(e);  // embedded: the fd's offsets are not the archive's
+    return zip->data_offset(e, file->fd());
+}
+std::optional<uint64_t> Checkpoint::record_file_offset(size_t i) const { return m->record_file_offset(i); }
+
+std::optional<size_t> Checkpoint::Contents::record_index(const std::string& name) const {
+    size_t pos = record_by_name.find(name, [this](size_t i) -> std::string_view { return records[i].name; });
+    if (pos == StringIndex::npos) return std::nullopt;
+    return pos;
+}
+std::optional<size_t> Checkpoint::record_index(const std::string& name) const { return m->record_index(name); }
+
+void Checkpoint::Contents::add_record(RecordInfo record) {
+    record_by_name.insert(record.name, records.size(), [this](size_t i) -> std::string_view { return records[i].name; });
+    records.push_back(std::move(record));
+}
+bool Checkpoint::zip64() const { return m->zip && m->zip->zip64(); }
+size_t Checkpoint::compressed_records() const {
+    if (!m->zip) return 0;
+    size_t n = 0;
+    for (const auto& e : m->zip->entries()) n += e.method != 0;
+    return n;
+}
+
+std::vector<size_t> Checkpoint::storage_users() const {
+    std::vector<size_t> users(m->storages.size(), 0);
+    std::unordered_set<const Value*> seen;
+    for (const Entry& e : m->entries)
+        if (e.tensor && m->tensors[*e.tensor].strided_view() && seen.insert(e.value).second) ++users[m->tensors[*e.tensor].storage];
+    return users;
+}
+
+uint64_t Checkpoint::Contents::tensor_bytes(const TensorInfo& t) const {
+    if (t.no_data) return 0;
+    if (t.layout == Layout::strided) return t.nbytes();
+    uint64_t bytes = 0;
+    for (const TensorPart& p : t.extra->parts) bytes += tensor_bytes(tensors[p.tensor]);
+    return bytes;
+}
+uint64_t Checkpoint::tensor_bytes(const TensorInfo& t) const { return m->tensor_bytes(t); }
+
+std::vector<std::vector<int64_t>> Checkpoint::component_shapes(const TensorInfo& t) const {
+    std::vector<std::vector<int64_t>> out;
+    if (t.extra)
+        for (size_t i : t.extra->components) out.push_back(m->tensors[i].shape);
+    return out;
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const OpenOptions& options) {
+    try {
+        for (const FolderFormat& f : folder_formats())
+            if (std::optional<std::string> target = f.sniff(path)) return f.open(*target, options);
+        auto c = std::make_unique<Contents>();
+        c->path = path;
+        c->file = std::make_shared<MappedFile>(path);
+        read_container(*c, options);
+        return std::make_unique<Checkpoint>(std::move(c));
+    } catch (const Error& e) {
+        if (e.path().empty()) throw e.with_path(path);
+        throw;
+    }
+}
+
+}  // namespace ckpt

@@ -1,0 +1,73 @@
+// What a checkpoint holds, as its format's reader fills it (private to the library). A plain struct:
+// a reader in formats/ writes its fields, ModelBuilder (model_builder.hpp) derives the entries, the
+// storage checks and the state dict from them, and Checkpoint (ckpt/checkpoint.hpp) answers from it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/mapped_file.hpp"
+#include "ckpt/pickle.hpp"
+#include "ckpt/string_index.hpp"
+#include "ckpt/zip.hpp"
+
+namespace ckpt {
+
+struct Checkpoint::Contents {
+    std::string path;
+    std::shared_ptr<MappedFile> file;
+    uint64_t base = 0, span = 0;  // embedded: the checkpoint is file's bytes [base, base + span)
+    // The bytes of this checkpoint's container: the file, or its span of it.
+    ByteView bytes() const { return span ? *file->view().sub(base, span) : file->view(); }
+
+    Format format = Format::torch_zip;
+    std::unique_ptr<ZipArchive> zip;
+    std::string zip_root, byteorder = "little", version;
+    bool byteorder_recorded = false;
+    std::vector<std::pair<std::string, int>> type_sizes;  // legacy: sys_info's type_sizes
+
+    std::unique_ptr<RecordData> pickle;  // torch.save's pickle as read
+    std::string pickle_record;
+    std::unique_ptr<PickleTrace> trace;
+    uint8_t protocol = 0;
+    uint64_t metadata_size = 0;  // the pickle's bytes, or a safetensors header's
+
+    ValueArena arena;
+    const Value* root = nullptr;
+    std::vector<StorageInfo> storages;
+    std::vector<TensorInfo> tensors;
+    std::vector<Entry> entries;
+    StateDict state_dict;
+    std::vector<GlobalRef> globals;
+    std::vector<Problem> problems;
+    std::vector<std::pair<std::string, std::string>> metadata;  // safetensors' __metadata__
+
+    std::vector<RecordInfo> records;
+    std::vector<std::pair<uint64_t, uint64_t>> record_ranges;  // safetensors, legacy: [begin, end) in the file
+    StringIndex record_by_name;  // the first record of each name
+    void add_record(RecordInfo record);
+    // Checkpoint's answers of the same names.
+    RecordData record_data(size_t record) const;
+    std::optional<size_t> record_index(const std::string& name) const;
+    std::optional<uint64_t> record_file_offset(size_t record) const;
+    const MappedFile& record_file(size_t record) const;
+
+    // A checkpoint made of others (a sharded checkpoint's shards, an export archive's torch.save
+    // archives): `part`'s records, storages, tensors, problems and globals joined under `name`, the
+    // part kept open for its records' bytes. Returns the index of its first tensor here.
+    size_t adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name);
+    std::vector<std::unique_ptr<Checkpoint>> shards;
+    std::vector<std::string> shard_names;
+    std::vector<std::pair<size_t, size_t>> record_owner;  // sharded: (shard, its record)
+
+    std::optional<DistInfo> dist;
+    std::vector<std::shared_ptr<MappedFile>> piece_files;  // the files a merged view's pieces are in
+
+    uint64_t tensor_bytes(const TensorInfo& t) const;  // Checkpoint::tensor_bytes
+};
+
+}  // namespace ckpt
