@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "ckpt/torch_backend_api.h"
+#include "stats/torch_backend_api.h"
 
 namespace {
 

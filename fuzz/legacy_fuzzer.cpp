@@ -13,7 +13,7 @@
 #include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/inspect.hpp"
-#include "ckpt/zip.hpp"
+#include "io/zip.hpp"
 #include "fuzz_support.hpp"
 
 namespace {

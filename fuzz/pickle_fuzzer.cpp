@@ -8,9 +8,9 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/pickle.hpp"
+#include "pickle/pickle.hpp"
 #include "ckpt/value.hpp"
-#include "torch_hooks.hpp"  // lib/src: private to the library
+#include "formats/torch_hooks.hpp"  // lib/src: private to the library
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include "ckpt/dtype.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ckpt::ByteView file{data, size};

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "ckpt/error.hpp"
-#include "ckpt/zip.hpp"
+#include "io/zip.hpp"
 
 namespace {
 constexpr size_t k_max_entries = 256;

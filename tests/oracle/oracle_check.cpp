@@ -13,8 +13,8 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
-#include "ckpt/torch_backend.hpp"
-#include "ckpt/zip.hpp"
+#include "stats/torch_backend.hpp"
+#include "io/zip.hpp"
 
 using namespace ckpt;
 

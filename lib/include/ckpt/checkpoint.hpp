@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/bytes.hpp"
 #include "ckpt/dtype.hpp"
 #include "ckpt/globals.hpp"
-#include "ckpt/pickle.hpp"
-#include "ckpt/string_index.hpp"
+#include "ckpt/pickle_limits.hpp"
 #include "ckpt/value.hpp"
 
 namespace ckpt {
@@ -20,6 +20,8 @@ namespace ckpt {
 class MappedFile;
 class ZipArchive;
 class RecordData;
+struct PickleTrace;
+
 
 struct StorageInfo {
     std::string key;             // persistent id key ("0")

@@ -20,12 +20,12 @@
 #include <set>
 
 #include "ckpt/error.hpp"
-#include "ckpt/zip.hpp"
-#include "ckpt/pickle.hpp"
+#include "io/zip.hpp"
+#include "pickle/pickle.hpp"
 #include "formats/dist.hpp"
 #include "formats/format.hpp"
-#include "text_util.hpp"
-#include "torch_hooks.hpp"
+#include "base/text_util.hpp"
+#include "formats/torch_hooks.hpp"
 
 namespace ckpt {
 

@@ -24,10 +24,10 @@
 #include <unordered_map>
 
 #include "ckpt/error.hpp"
-#include "ckpt/zip.hpp"
+#include "io/zip.hpp"
 #include "formats/dist.hpp"
 #include "formats/format.hpp"
-#include "text_util.hpp"
+#include "base/text_util.hpp"
 
 namespace ckpt {
 

@@ -11,8 +11,8 @@
 #include "formats/format.hpp"
 #include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/zip.hpp"
-#include "text_util.hpp"
+#include "io/zip.hpp"
+#include "base/text_util.hpp"
 
 namespace ckpt {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
-#include "ckpt/mapped_file.hpp"
+#include "io/mapped_file.hpp"
 #include "ckpt/value.hpp"
 
 namespace ckpt {

@@ -12,8 +12,8 @@
 // are the two archives' (named "serialized_state_dict.pt:archive/data/0" …), as a sharded one's.
 #include "formats/format.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/mapped_file.hpp"
-#include "ckpt/zip.hpp"
+#include "io/mapped_file.hpp"
+#include "io/zip.hpp"
 
 namespace ckpt {
 

@@ -3,7 +3,7 @@
 #include <unordered_set>
 
 #include "ckpt/error.hpp"
-#include "ckpt/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "formats/format.hpp"
 #include "model/model_builder.hpp"
 

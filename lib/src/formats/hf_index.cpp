@@ -1,7 +1,7 @@
 // The Hugging Face index format: a *.index.json (or a folder holding one) and the shards it names,
 // opened as one checkpoint; and how any checkpoint made of parts joins them (Contents::adopt_part).
 #include <dirent.h>
-#include "text_util.hpp"
+#include "base/text_util.hpp"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 #include "formats/format.hpp"
 #include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/mapped_file.hpp"
+#include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
-#include "ckpt/zip.hpp"
+#include "io/zip.hpp"
 
 namespace ckpt {
 

@@ -10,10 +10,10 @@
 #include "formats/format.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/error.hpp"
-#include "ckpt/mapped_file.hpp"
-#include "ckpt/pickle.hpp"
-#include "ckpt/zip.hpp"
-#include "torch_hooks.hpp"
+#include "io/mapped_file.hpp"
+#include "pickle/pickle.hpp"
+#include "io/zip.hpp"
+#include "formats/torch_hooks.hpp"
 
 namespace ckpt {
 

@@ -1,4 +1,4 @@
-#include "ckpt/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 #include <algorithm>
 #include <unordered_map>

@@ -6,8 +6,8 @@
 
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
-#include "text_util.hpp"
-#include "torch_hooks.hpp"
+#include "base/text_util.hpp"
+#include "formats/torch_hooks.hpp"
 
 namespace ckpt {
 

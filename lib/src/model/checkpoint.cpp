@@ -6,7 +6,7 @@
 
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
-#include "gather.hpp"
+#include "io/gather.hpp"
 #include "model/contents.hpp"
 
 namespace ckpt {

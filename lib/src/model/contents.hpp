@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
-#include "ckpt/mapped_file.hpp"
-#include "ckpt/pickle.hpp"
-#include "ckpt/string_index.hpp"
-#include "ckpt/zip.hpp"
+#include "io/mapped_file.hpp"
+#include "pickle/pickle.hpp"
+#include "base/string_index.hpp"
+#include "io/zip.hpp"
 
 namespace ckpt {
 

@@ -3,7 +3,7 @@
 #include "model/model_builder.hpp"
 
 #include "ckpt/error.hpp"
-#include "huge_pages.hpp"
+#include "base/huge_pages.hpp"
 
 namespace ckpt {
 

@@ -6,7 +6,7 @@
 
 #include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
-#include "text_util.hpp"
+#include "base/text_util.hpp"
 
 namespace ckpt {
 

@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "model/model_builder.hpp"
-#include "ckpt/zip.hpp"
+#include "io/zip.hpp"
 
 namespace ckpt {
 

@@ -1,0 +1,139 @@
+// convert's read-back: the written file opened again by the same checking readers as any input, and
+// every tensor's content hash compared with the source's, the source's hashes taken on the other core
+// while the output is written.
+#include <algorithm>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "commands/convert_detail.hpp"
+#include "ckpt/error.hpp"
+#include "stats/tensor_stats.hpp"
+
+namespace ckpt::detail {
+
+void read_back_failed(const ConvertRequest& rq, const std::string& why) {
+    throw Error(ErrorKind::corrupt, rq.output, "the written file does not read back as the input (" + why + "); nothing was written");
+}
+
+std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const AtomicFile& out) {
+    try {
+        return Checkpoint::open(out.temp_path());
+    } catch (const Error& e) {
+        read_back_failed(rq, e.message());
+    }
+}
+
+SourceHashes::SourceHashes(const Checkpoint& c, FingerprintOptions options, bool start) : m_checkpoint(c), m_options(std::move(options)) {
+    if (!start) return;
+    if (std::any_of(c.records().begin(), c.records().end(), [](const RecordInfo& r) { return !r.pieces.empty(); })) {
+        m_offered = true;
+        for (size_t t = 0; t < c.tensors().size(); ++t)
+            m_tensors_of_record[c.storages()[c.tensors()[t].storage].record].push_back(t);
+        return;
+    }
+    FingerprintOptions o = m_options;
+    o.threads = 1;  // the other core is copying
+    o.progress = [this](uint64_t, uint64_t) {
+        if (m_cancel) throw Error(ErrorKind::io, m_checkpoint.path(), "cancelled");
+    };
+    try {
+        m_thread = std::thread([this, o] {
+            try {
+                m_fingerprint = fingerprint(m_checkpoint, o);
+            } catch (...) {
+                m_error = std::current_exception();
+            }
+        });
+    } catch (const std::system_error&) {
+        // No thread: get() scans in this one.
+    }
+}
+
+SourceHashes::~SourceHashes() {
+    m_cancel = true;
+    if (m_thread.joinable()) m_thread.join();
+}
+
+const Fingerprint& SourceHashes::get() {
+    if (m_thread.joinable()) m_thread.join();
+    if (m_error) std::rethrow_exception(m_error);
+    if (!m_fingerprint) {
+        FingerprintOptions o = m_options;
+        if (m_offered)
+            o.known = [this](size_t t, TensorStats& out) {
+                auto it = m_known.find(t);
+                if (it == m_known.end()) return false;
+                out = it->second;
+                return true;
+            };
+        m_fingerprint = fingerprint(m_checkpoint, o);
+    }
+    return *m_fingerprint;
+}
+
+void SourceHashes::offer(size_t record, ByteView bytes) {
+    if (!m_offered || m_fingerprint) return;
+    const RecordInfo& rec = m_checkpoint.records()[record];
+    auto it = m_tensors_of_record.find(rec.name);
+    if (it == m_tensors_of_record.end() || bytes.size != rec.size) return;
+    for (size_t t : it->second) {
+        const TensorInfo& ti = m_checkpoint.tensors()[t];
+        if (ti.numel && static_cast<uint64_t>(ti.storage_offset) + ti.extent > rec.size / dtype_size(ti.dtype)) continue;  // get() reports it
+        m_known[t] = stats_over(ti.dtype, bytes.data, &ti, ti.numel, nullptr, m_options.hash_only);
+    }
+}
+
+// The output opened again by the same checking readers as any input, and every tensor's content
+// hash compared with the source's (aliases with the tensor they alias). The output is hashed first:
+// the source's hashes may still be on their way from the other core.
+void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& out, ConvertReport& r,
+                    std::optional<size_t> expected_count, SourceHashes& source_hashes) {
+    if (!rq.verify) return;
+    auto fail = [&](const std::string& why) { read_back_failed(rq, why); };
+    std::unique_ptr<Checkpoint> back = reopen_written(rq, out);
+    FingerprintOptions so;
+    so.hash_only = true;  // equal hashes are the test; the statistics would double the cost
+    Fingerprint got = fingerprint(*back, so);
+    const Fingerprint& want = source_hashes.get();
+    std::unordered_map<std::string_view, const TensorPrint*> src;  // keys in `want`, which outlives it
+    for (const auto& t : want.tensors) src.emplace(t.key, &t);
+    std::unordered_map<std::string, std::string> alias_of;
+    for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
+    std::unordered_map<std::string, std::string> input_name(r.renamed.begin(), r.renamed.end());
+    auto original = [&](const std::string& name) {
+        auto o = input_name.find(name);
+        return o == input_name.end() ? name : o->second;
+    };
+    auto source = [&](const std::string& name) -> const TensorPrint* {
+        auto a = alias_of.find(name);
+        auto it = src.find(original(a == alias_of.end() ? name : a->second));
+        return it == src.end() ? nullptr : it->second;
+    };
+    size_t expected = 0;
+    std::unordered_set<std::string> alias_inputs;
+    for (const auto& [alias, kept] : alias_of) alias_inputs.insert(original(alias));
+    for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_inputs.count(t.key));
+    if (r.format == "pth") expected += r.deduplicated.size();
+    if (expected_count) expected = *expected_count;
+    if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
+    // With --dtype the expected bytes are the source's cast again, independently of the writer.
+    std::unordered_map<std::string, size_t> source_tensor;
+    if (rq.dtype)
+        for (const auto& e : c->state_dict().entries) source_tensor.emplace(e.name, *c->entries()[e.entry].tensor);
+    for (const auto& t : got.tensors) {
+        const TensorPrint* s = source(t.key);
+        if (!s) fail(t.key + " is not in the input");
+        auto dt = dtype_from_name(s->dtype);
+        DType want_dtype = dt ? out_dtype(rq, *dt) : DType::float32;
+        std::string want_hash = s->stats.hash;
+        if (dt && want_dtype != *dt) {
+            auto a = alias_of.find(t.key);
+            want_hash = cast_hash(*c, source_tensor.at(original(a == alias_of.end() ? t.key : a->second)), want_dtype);
+        }
+        if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
+    }
+    r.verified = true;
+}
+
+}  // namespace ckpt::detail

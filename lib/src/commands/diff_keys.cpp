@@ -1,0 +1,396 @@
+#include "ckpt/diff_keys.hpp"
+
+#include "base/text_util.hpp"
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/error.hpp"
+#include "model/keys.hpp"
+#include "io/mapped_file.hpp"
+#include "ckpt/report.hpp"
+#include "stats/torch_backend.hpp"
+
+namespace ckpt {
+
+namespace {
+
+using text::starts_with;
+
+[[noreturn]] void not_manifest(const std::string& path, const std::string& why) {
+    throw Error(ErrorKind::format, path, "not a key manifest: " + why);
+}
+
+std::string entry_at(size_t n) { return "entry " + std::to_string(n) + ": "; }
+
+KeyInfo manifest_entry(const std::string& path, const nlohmann::json& e, size_t n) {
+    KeyInfo k;
+    if (e.is_string()) {
+        k.name = e.get<std::string>();
+        return k;
+    }
+    if (!e.is_object()) not_manifest(path, entry_at(n) + "neither a key nor an object");
+    const nlohmann::json* name = e.contains("key") ? &e["key"] : e.contains("name") ? &e["name"] : nullptr;
+    if (!name || !name->is_string()) not_manifest(path, entry_at(n) + "no \"key\" string");
+    k.name = name->get<std::string>();
+    if (e.contains("shape") && !e["shape"].is_null()) {
+        const auto& s = e["shape"];
+        if (!s.is_array()) not_manifest(path, entry_at(n) + "\"shape\" is not a list");
+        std::vector<int64_t> shape;
+        for (const auto& d : s) {
+            if (!d.is_number_integer() || d.get<int64_t>() < 0)
+                not_manifest(path, entry_at(n) + "\"shape\" holds something other than non-negative integers");
+            shape.push_back(d.get<int64_t>());
+        }
+        k.shape = std::move(shape);
+    }
+    if (e.contains("dtype") && !e["dtype"].is_null()) {
+        if (!e["dtype"].is_string()) not_manifest(path, entry_at(n) + "\"dtype\" is not a string");
+        std::string d = e["dtype"].get<std::string>();
+        if (starts_with(d, "torch.")) d.erase(0, 6);
+        if (!dtype_from_name(d)) not_manifest(path, entry_at(n) + "unknown dtype \"" + d + "\"");
+        k.dtype = d;
+    }
+    return k;
+}
+
+KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
+    KeySet ks;
+    ks.path = path;
+    ks.kind = "manifest";
+    std::vector<KeyInfo> keys;
+    std::string command = json_string_or(j, "command");
+    if ((command == "fingerprint" || command == "verify") && j.contains("tensors") && j["tensors"].is_array()) {
+        // A fingerprint (verify --write-fingerprint) or verify --json: every row is a key.
+        size_t n = 0;
+        for (const auto& t : j["tensors"]) {
+            ++n;
+            if (json_string_or(t, "status") == "missing") continue;  // the reference's, not this file's
+            keys.push_back(manifest_entry(path, t, n));
+        }
+    } else if (j.is_object() && j.contains("tensors") && j["tensors"].is_array()) {
+        // `ckpt-tool inspect --json`: the state dict's tensors are the ones with a state_dict_key.
+        if (j.contains("state_dict") && j["state_dict"].is_string()) ks.state_dict_path = j["state_dict"];
+        size_t n = 0;
+        for (const auto& t : j["tensors"]) {
+            ++n;
+            if (!t.is_object() || !t.contains("state_dict_key") || !t["state_dict_key"].is_string()) continue;
+            nlohmann::json e = t;
+            e["key"] = t["state_dict_key"];
+            keys.push_back(manifest_entry(path, e, n));
+        }
+        if (keys.empty()) not_manifest(path, "an inspect report with no state-dict tensors");
+    } else {
+        const nlohmann::json* list = j.is_array() ? &j : nullptr;
+        if (j.is_object() && j.contains("keys") && j["keys"].is_array()) list = &j["keys"];
+        if (!list) not_manifest(path, "expected a JSON list of {key, shape, dtype}, {\"keys\": [...]}"
+                                      " or the output of inspect --json");
+        size_t n = 0;
+        for (const auto& e : *list) keys.push_back(manifest_entry(path, e, ++n));
+    }
+    std::unordered_set<std::string> seen;
+    for (size_t i = 0; i < keys.size(); ++i)
+        if (!seen.insert(keys[i].name).second)
+            not_manifest(path, entry_at(i + 1) + "key \"" + keys[i].name + "\" appears twice");
+    ks.keys = std::move(keys);
+    return ks;
+}
+
+}  // namespace
+
+KeySet key_set_of(const Checkpoint& c) {
+    const StateDict& sd = c.state_dict();
+    if (sd.kind == StateDictKind::none)
+        throw Error(ErrorKind::usage, c.path(),
+                    "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
+    KeySet ks;
+    ks.path = c.path();
+    ks.kind = "checkpoint";
+    ks.state_dict_path = sd.path;
+    auto tensor_info = [&](const std::string& name, const Value* v) {
+        KeyInfo k;
+        k.name = name;
+        if (v && v->kind == ValueKind::tensor) {
+            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
+            k.dtype = dtype_name(t.dtype);
+            k.shape = t.shape;
+        }
+        return k;
+    };
+    if (sd.kind == StateDictKind::dict) {
+        // Every string key: load_state_dict sees the non-tensor ones (`_extra_state`) too.
+        for (size_t i = 0; i < sd.value->dict_size(); ++i)
+            if (sd.value->dict_key(i)->kind == ValueKind::string)
+                ks.keys.push_back(tensor_info(std::string(sd.value->dict_key(i)->s), sd.value->dict_value(i)));
+    } else {
+        for (const auto& e : sd.entries) ks.keys.push_back(tensor_info(e.name, c.entries()[e.entry].value));
+    }
+    return ks;
+}
+
+KeySet read_key_set(const std::string& path, const OpenOptions& open) {
+    if (!is_sharded_index(path))
+        if (auto j = read_json_file(path)) return read_manifest(path, *j);
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(path, open);
+    if (c->format() != Format::torchscript) return key_set_of(*c);
+    // A TorchScript model: its named parameters and buffers as torch::jit::load gives them.
+    KeySet ks;
+    ks.path = path;
+    ks.kind = "torchscript";
+    for (NamedTensor& t : torchscript_tensors(path, false))
+        ks.keys.push_back({t.name, t.dtype, t.shape});
+    return ks;
+}
+
+namespace {
+
+struct Side {
+    std::vector<const KeyInfo*> keys;
+    std::unordered_map<std::string, const KeyInfo*> by_name;
+};
+
+Side filtered(const KeySet& ks, const std::vector<std::string>& ignore, size_t& ignored) {
+    Side s;
+    for (const auto& k : ks.keys) {
+        if (any_glob_matches(ignore, k.name)) {
+            ++ignored;
+            continue;
+        }
+        s.keys.push_back(&k);
+        s.by_name.emplace(k.name, &k);
+    }
+    return s;
+}
+
+bool shapes_differ(const KeyInfo& a, const KeyInfo& b) { return a.shape && b.shape && *a.shape != *b.shape; }
+
+// Prefixes worth trying on one side: "" and every leading dotted path (up to four parts) that at
+// least half of the keys carry.
+std::vector<std::string> candidate_prefixes(const Side& s) {
+    std::map<std::string, size_t> count;
+    for (const KeyInfo* k : s.keys) {
+        size_t dot = 0;
+        for (int depth = 0; depth < 4; ++depth) {
+            dot = k->name.find('.', dot);
+            if (dot == std::string::npos || dot + 1 == k->name.size()) break;
+            ++count[k->name.substr(0, ++dot)];
+        }
+    }
+    std::vector<std::pair<size_t, std::string>> common;
+    for (auto& [p, n] : count)
+        if (2 * n >= s.keys.size()) common.push_back({n, p});
+    std::sort(common.begin(), common.end(), [](const auto& x, const auto& y) {
+        return x.first != y.first ? x.first > y.first : x.second < y.second;
+    });
+    std::vector<std::string> out{""};
+    for (size_t i = 0; i < common.size() && i < 16; ++i) out.push_back(common[i].second);
+    return out;
+}
+
+// How well "strip `strip` where present, then add `add`" makes `a` fit `b`; nullopt when it would
+// give two keys one name (strip-prefix would refuse it).
+std::optional<PrefixFix> evaluate(const Side& a, const Side& b, const std::string& strip, const std::string& add) {
+    PrefixFix f;
+    f.strip = strip;
+    f.add = add;
+    std::unordered_set<std::string> names;
+    names.reserve(a.keys.size());
+    for (const KeyInfo* k : a.keys) {
+        std::string n = k->name;
+        if (!strip.empty() && starts_with(n, strip)) n.erase(0, strip.size());
+        n = add + n;
+        auto it = b.by_name.find(n);
+        if (it != b.by_name.end()) {
+            ++f.matched;
+            f.shape_mismatch += shapes_differ(*k, *it->second);
+        } else {
+            ++f.unexpected;
+        }
+        if (!names.insert(std::move(n)).second) return std::nullopt;
+    }
+    f.missing = b.keys.size() - f.matched;
+    return f;
+}
+
+bool better(const PrefixFix& x, const PrefixFix& y) {
+    if (x.matched != y.matched) return x.matched > y.matched;
+    if (x.shape_mismatch != y.shape_mismatch) return x.shape_mismatch < y.shape_mismatch;
+    return x.strip.size() + x.add.size() < y.strip.size() + y.add.size();
+}
+
+}  // namespace
+
+KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions& options) {
+    KeyDiff d;
+    d.file = file.path;
+    d.reference = reference.path;
+    d.strict_dtype = options.strict_dtype;
+    Side a = filtered(file, options.ignore, d.ignored);
+    Side b = filtered(reference, options.ignore, d.reference_ignored);
+    d.keys = a.keys.size();
+    d.reference_keys = b.keys.size();
+    for (const KeyInfo* k : a.keys) {
+        auto it = b.by_name.find(k->name);
+        if (it == b.by_name.end()) {
+            d.unexpected.push_back(k->name);
+            continue;
+        }
+        ++d.matched;
+        const KeyInfo& r = *it->second;
+        if (shapes_differ(*k, r)) d.shape_mismatch.push_back({k->name, *k->shape, *r.shape});
+        if (!k->dtype.empty() && !r.dtype.empty() && k->dtype != r.dtype)
+            d.dtype_mismatch.push_back({k->name, k->dtype, r.dtype});
+    }
+    for (const KeyInfo* k : b.keys)
+        if (!a.by_name.count(k->name)) d.missing.push_back(k->name);
+
+    if (d.missing.empty() && d.unexpected.empty()) return d;
+    std::optional<PrefixFix> best;
+    for (const auto& strip : candidate_prefixes(a))
+        for (const auto& add : candidate_prefixes(b)) {
+            if (strip == add) continue;  // "" / "": the keys as they are
+            auto f = evaluate(a, b, strip, add);
+            if (f && (!best || better(*f, *best))) best = f;
+        }
+    if (!best || best->matched <= d.matched) return d;
+    if (file.kind == "checkpoint") {
+        std::vector<std::string_view> all;
+        all.reserve(file.keys.size());
+        for (const auto& k : file.keys) all.push_back(k.name);
+        bool wrapper = best->add.empty() && best->strip == wrapper_prefix(all);
+        best->command = strip_prefix_command(file.path, file.state_dict_path,
+                                             wrapper || best->strip.empty() ? std::vector<std::string>{}
+                                                                            : std::vector<std::string>{best->strip},
+                                             best->add);
+    }
+    d.prefix_fix = best;
+    return d;
+}
+
+nlohmann::json to_json(const KeyDiff& d) {
+    nlohmann::json j = report_head("diff-keys");
+    j["file"] = d.file;
+    j["reference"] = d.reference;
+    j["match"] = d.match();
+    j["strict_dtype"] = d.strict_dtype;
+    j["counts"] = {{"keys", d.keys},
+                   {"reference_keys", d.reference_keys},
+                   {"matched", d.matched},
+                   {"missing", d.missing.size()},
+                   {"unexpected", d.unexpected.size()},
+                   {"shape_mismatch", d.shape_mismatch.size()},
+                   {"dtype_mismatch", d.dtype_mismatch.size()},
+                   {"ignored", d.ignored},
+                   {"reference_ignored", d.reference_ignored}};
+    j["missing"] = d.missing;
+    j["unexpected"] = d.unexpected;
+    nlohmann::json shapes = nlohmann::json::array();
+    for (const auto& s : d.shape_mismatch)
+        shapes.push_back({{"key", s.key}, {"shape", s.shape}, {"reference_shape", s.reference_shape}});
+    j["shape_mismatch"] = std::move(shapes);
+    nlohmann::json dtypes = nlohmann::json::array();
+    for (const auto& s : d.dtype_mismatch)
+        dtypes.push_back({{"key", s.key}, {"dtype", s.dtype}, {"reference_dtype", s.reference_dtype}});
+    j["dtype_mismatch"] = std::move(dtypes);
+    if (d.prefix_fix) {
+        const PrefixFix& f = *d.prefix_fix;
+        j["prefix_fix"] = {{"strip", f.strip},
+                           {"add", f.add},
+                           {"command", f.command.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.command)},
+                           {"complete", f.complete()},
+                           {"matched", f.matched},
+                           {"missing", f.missing},
+                           {"unexpected", f.unexpected},
+                           {"shape_mismatch", f.shape_mismatch}};
+    } else {
+        j["prefix_fix"] = nullptr;
+    }
+    return j;
+}
+
+namespace {
+// "stripping "module." on ddp.pth's keys makes all 16 keys match", as text and annotations say it.
+std::string fix_text(const KeyDiff& d, const PrefixFix& f) {
+    std::string how;
+    if (!f.strip.empty()) how = "stripping \"" + f.strip + "\"";
+    if (!f.add.empty()) how += std::string(how.empty() ? "adding" : " and adding") + " \"" + f.add + "\"";
+    how += " on " + d.file + "'s keys ";
+    if (f.complete()) return how + "makes all " + std::to_string(f.matched) + " keys match";
+    return how + "makes " + std::to_string(f.matched) + " of " + std::to_string(d.reference_keys) + " match (" +
+           std::to_string(f.missing) + " still missing, " + std::to_string(f.unexpected) + " unexpected, " +
+           std::to_string(f.shape_mismatch) + (f.shape_mismatch == 1 ? " shape mismatch" : " shape mismatches") + ")";
+}
+}  // namespace
+
+void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, const DiffTextOptions& options) {
+    Paint paint{style.color};
+    auto plural = [](size_t n, const char* one, const char* many) {
+        return std::to_string(n) + " " + (n == 1 ? one : many);
+    };
+    out << paint("1", d.file) << " vs " << paint("1", d.reference) << ": ";
+    if (d.match()) {
+        out << paint("32", "keys match") << " — " << plural(d.keys, "key", "keys") << ", shapes agree";
+    } else {
+        out << paint("31", "keys differ") << " — " << d.matched << " of " << d.reference_keys
+            << " reference keys present";
+        std::vector<std::string> parts;
+        if (!d.missing.empty()) parts.push_back(std::to_string(d.missing.size()) + " missing");
+        if (!d.unexpected.empty()) parts.push_back(std::to_string(d.unexpected.size()) + " unexpected");
+        if (!d.shape_mismatch.empty()) parts.push_back(plural(d.shape_mismatch.size(), "shape mismatch", "shape mismatches"));
+        if (d.strict_dtype && !d.dtype_mismatch.empty()) parts.push_back(plural(d.dtype_mismatch.size(), "dtype mismatch", "dtype mismatches"));
+        for (size_t i = 0; i < parts.size(); ++i) out << (i ? ", " : ": ") << parts[i];
+    }
+    if (d.ignored || d.reference_ignored)
+        out << " (" << d.ignored << " + " << d.reference_ignored << " ignored)";
+    out << "\n";
+    if (!d.strict_dtype && !d.dtype_mismatch.empty())
+        out << "note: " << plural(d.dtype_mismatch.size(), "dtype differs", "dtypes differ")
+            << " (load_state_dict casts them; --strict-dtype counts them as a mismatch)\n";
+    if (d.prefix_fix) {
+        const PrefixFix& f = *d.prefix_fix;
+        out << paint("33", "fix:") << " " << fix_text(d, f);
+        out << (f.command.empty() ? "\n" : ":\n  " + paint("1", f.command) + "\n");
+    }
+    // When a prefix fix explains the lists, a few rows show the pattern; the rest is noise.
+    size_t limit = options.all ? SIZE_MAX : d.prefix_fix ? 5 : 20;
+    auto list = [&](const std::string& title, const std::vector<std::string>& rows, const char* color) {
+        if (rows.empty()) return;
+        out << title << " (" << rows.size() << "):\n";
+        for (size_t i = 0; i < rows.size() && i < limit; ++i) out << "  " << paint(color, rows[i]) << "\n";
+        if (rows.size() > limit) out << "  … " << rows.size() - limit << " more (--all lists them)\n";
+    };
+    list("missing: in " + d.reference + ", not in " + d.file, d.missing, "31");
+    list("unexpected: in " + d.file + ", not in " + d.reference, d.unexpected, "33");
+    std::vector<std::string> rows;
+    for (const auto& s : d.shape_mismatch)
+        rows.push_back(s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference");
+    list("shape mismatch", rows, "31");
+    rows.clear();
+    for (const auto& s : d.dtype_mismatch) rows.push_back(s.key + ": " + s.dtype + " vs " + s.reference_dtype);
+    list("dtype mismatch", rows, d.strict_dtype ? "31" : "2");
+}
+
+std::vector<Annotation> github_annotations(const KeyDiff& d) {
+    std::vector<Annotation> out;
+    if (d.prefix_fix) {
+        const PrefixFix& f = *d.prefix_fix;
+        out.push_back({"notice", d.file, "diff-keys: prefix fix", fix_text(d, f) + (f.command.empty() ? "" : ": " + f.command)});
+    }
+    for (const auto& k : d.missing)
+        out.push_back({"error", d.file, "diff-keys: missing key", k + ": in " + d.reference + ", not in " + d.file});
+    for (const auto& k : d.unexpected)
+        out.push_back({"error", d.file, "diff-keys: unexpected key", k + ": in " + d.file + ", not in " + d.reference});
+    for (const auto& s : d.shape_mismatch)
+        out.push_back({"error", d.file, "diff-keys: shape mismatch",
+                       s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference"});
+    // Without --strict-dtype a dtype difference does not change the exit code (load_state_dict casts).
+    for (const auto& s : d.dtype_mismatch)
+        out.push_back({d.strict_dtype ? "error" : "warning", d.file, "diff-keys: dtype mismatch",
+                       s.key + ": " + s.dtype + " vs " + s.reference_dtype + " in the reference"});
+    return out;
+}
+
+}  // namespace ckpt

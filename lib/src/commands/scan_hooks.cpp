@@ -1,0 +1,248 @@
+#include "commands/scan_hooks.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "ckpt/globals.hpp"
+#include "pickle/pickle_ops.hpp"
+#include "pickle/pickle_text.hpp"
+
+namespace ckpt {
+
+namespace ops = pickle_ops;
+
+namespace {
+
+std::string name_of(const Value* g) { return std::string(g->s) + "." + std::string(g->s2); }
+
+// Made while unpickling (the result of a call, an attribute), not written as a constant.
+bool computed(const Value* v) { return v->kind == ValueKind::object || v->kind == ValueKind::global; }
+
+std::string describe(const Value* v) {
+    if (computed_placeholder(v)) return "a name computed at load time";
+    if (v->kind == ValueKind::global) return "the global " + name_of(v);
+    if (v->kind == ValueKind::object && v->callable && v->callable->kind == ValueKind::global &&
+        !computed_placeholder(v->callable))
+        return "what " + name_of(v->callable) + " returned";
+    return "a computed value";
+}
+
+// Lowercase classes whose instances a pickle fills with SETITEMS/APPENDS, and the constructors of
+// instances (copyreg's), which are no "function returning data" for that purpose.
+constexpr std::string_view k_container_makers[] = {
+    "builtins.bytearray", "builtins.dict", "builtins.frozenset", "builtins.list", "builtins.object",
+    "builtins.set", "builtins.tuple", "collections.defaultdict", "collections.deque", "copyreg.__newobj__",
+    "copyreg.__newobj_ex__", "copyreg._reconstructor", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray._reconstruct",
+};
+
+// A function on the allow-lists (torch's rebuild functions, _codecs.encode, len …): it returns data,
+// so NEWOBJ of it, or SETITEM/APPEND into what it returned, is no thing a pickler writes.
+// Reviewed classes with lower-case names (dataclasses of distributed training's checkpoints).
+constexpr std::string_view k_lowercase_classes[] = {"deepspeed.utils.tensor_fragment.fragment_address"};
+
+bool allowed_function(const Value* g) {
+    if (g->kind != ValueKind::global || computed_placeholder(g)) return false;
+    std::string_view name = g->s2;
+    std::string_view last = name.substr(name.rfind('.') == std::string_view::npos ? 0 : name.rfind('.') + 1);
+    while (last.size() > 1 && last[0] == '_') last.remove_prefix(1);  // _StorageInfo is a class, _rebuild_tensor a function
+    if (last.empty() || !(last[0] == '_' || (last[0] >= 'a' && last[0] <= 'z'))) return false;
+    std::string full = name_of(g);
+    for (std::string_view c : k_container_makers)
+        if (c == full) return false;
+    for (std::string_view c : k_lowercase_classes)
+        if (c == full) return false;
+    return global_is_known(GlobalPolicy::standard().judge(g->s, g->s2).cls);
+}
+
+// The names of functions that unpickle the bytes they are given.
+constexpr std::string_view k_loaders[] = {
+    "_pickle.load", "_pickle.loads", "cloudpickle.load", "cloudpickle.loads", "dill._dill.loads", "dill.load",
+    "dill.loads", "joblib.load", "numpy.load", "numpy.loads", "pickle.load", "pickle.loads",
+    "torch.load", "torch.serialization.load", "torch.storage._load_from_bytes",
+};
+
+bool loader(const std::string& fn) {
+    for (std::string_view l : k_loaders)
+        if (l == fn) return true;
+    return false;
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+
+}  // namespace
+
+bool decode_hex(std::string_view t, std::string& out, bool skip_blanks) {
+    out.clear();
+    int high = -1;
+    for (char c : t) {
+        if (skip_blanks && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) continue;
+        int d = hex_digit(c);
+        if (d < 0) return false;
+        if (high < 0) {
+            high = d;
+        } else {
+            out += static_cast<char>((high << 4) | d);
+            high = -1;
+        }
+    }
+    return high < 0;
+}
+
+bool decode_base64(std::string_view t, std::string& out, bool url) {
+    out.clear();
+    uint32_t acc = 0;
+    int bits = 0, pad = 0;
+    for (char c : t) {
+        int v;
+        if (c >= 'A' && c <= 'Z') v = c - 'A';
+        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9') v = c - '0' + 52;
+        else if (c == (url ? '-' : '+')) v = 62;
+        else if (c == (url ? '_' : '/')) v = 63;
+        else if (c == '=') { ++pad; continue; }
+        else continue;  // Python's b64decode (validate=False) skips what is not in the alphabet
+        if (pad) return false;
+        acc = (acc << 6) | static_cast<uint32_t>(v);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out += static_cast<char>((acc >> bits) & 0xff);
+        }
+    }
+    return bits < 6 && !out.empty();
+}
+
+Value* ScanHooks::global(Value* g, std::string_view written) {
+    globals.push_back({std::string(written), std::string(g->s2), g->offset, opcode_at(g->offset)});
+    return g;
+}
+
+Value* ScanHooks::placeholder(uint64_t offset, std::string_view what) {
+    Value* g = m_arena.make(ValueKind::global, offset);
+    g->s2 = what;  // an empty module marks it (no GLOBAL can have one)
+    return g;
+}
+
+// torch's own persistent_load reads storages; a plain pickle.load refuses the opcode. Neither runs
+// what the pickle names, so the id stays a value the scan can look into.
+Value* ScanHooks::persistent_load(Value* pid, uint64_t) { return pid; }
+
+Value* ScanHooks::computed_global(Value* module, Value* name, uint64_t offset) {
+    if (!computed(module) && !computed(name)) return nullptr;  // constants that are no str: CPython fails
+    events.push_back({"computed_global", "", offset, ops::STACK_GLOBAL,
+                      "STACK_GLOBAL of " + describe(module) + " and " + describe(name) +
+                          ": the name it imports is made while unpickling, so nothing can say before "
+                          "it runs what it is"});
+    return placeholder(offset, "<computed by STACK_GLOBAL>");
+}
+
+Value* ScanHooks::extension(uint32_t code, uint64_t offset) {
+    events.push_back({"extension_code", "", offset, opcode_at(offset),
+                      "extension code " + std::to_string(code) +
+                          ": the unpickler imports whatever copyreg's registry maps it to, and an "
+                          "earlier call can register any name there"});
+    return placeholder(offset, "<extension code>");
+}
+
+void ScanHooks::mutate(Value* target, uint8_t op, uint64_t offset) {
+    if (computed_placeholder(target)) return;  // reported where it was made
+    methods.used(target);
+    if (target->kind == ValueKind::global) {
+        events.push_back({"mutates_global", name_of(target), offset, op,
+                          std::string(ops::name(op)) + " on the global " + name_of(target) +
+                              " itself: it sets attributes or items of a module, class or function "
+                              "that the whole process shares (what later imports of it then get)"});
+        return;
+    }
+    if (op == ops::BUILD || !target->callable || !allowed_function(target->callable)) return;
+    events.push_back({"mutates_result", name_of(target->callable), offset, op,
+                      std::string(ops::name(op)) + " into what " + name_of(target->callable) +
+                          " returned: that calls its __setitem__/append, which no pickler writes "
+                          "(torch's weights_only loader was exploited this way, CVE-2026-24747)"});
+}
+
+// Decoding calls whose result the scan can know: the bytes replace the call's object, so a pickle
+// that decodes a payload and loads it has the payload scanned too.
+bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
+    auto text = [&](size_t k) -> const Value* {
+        return k < a.size() && (a[k]->kind == ValueKind::string || a[k]->kind == ValueKind::bytes ||
+                                a[k]->kind == ValueKind::bytearray)
+                   ? a[k]
+                   : nullptr;
+    };
+    const Value* in = text(0);
+    if (!in) return false;
+    std::string enc = a.size() > 1 && a[1]->kind == ValueKind::string ? std::string(a[1]->s) : "";
+    std::string out;
+    bool ok = false;
+    if (fn == "_codecs.encode" || fn == "codecs.encode") {
+        ok = in->kind == ValueKind::string && pickle_text::codecs_encode(in->s, enc.empty() ? "utf-8" : enc, out);
+    } else if (fn == "base64.b64decode" || fn == "base64.standard_b64decode" || fn == "base64.decodebytes" ||
+               fn == "base64.decodestring" || fn == "binascii.a2b_base64") {
+        ok = decode_base64(in->s, out);
+    } else if (fn == "base64.urlsafe_b64decode") {
+        ok = decode_base64(in->s, out, true);
+    } else if (fn == "base64.b16decode" || fn == "binascii.unhexlify" || fn == "binascii.a2b_hex") {
+        ok = decode_hex(in->s, out);
+    } else if (fn == "builtins.bytes.fromhex" || fn == "builtins.bytearray.fromhex") {
+        ok = decode_hex(in->s, out, true);
+    } else if (fn == "_codecs.decode" || fn == "codecs.decode") {
+        if (enc == "hex" || enc == "hex_codec") ok = decode_hex(in->s, out);
+        else if (enc == "base64" || enc == "base64_codec" || enc == "base_64") ok = decode_base64(in->s, out);
+    } else if (fn == "zlib.decompress" && in->kind != ValueKind::string && m_decode_budget) {
+        uLongf n = std::min<uint64_t>(m_decode_budget, 64u << 20);
+        std::unique_ptr<Bytef[]> buf(new Bytef[n]);
+        ok = uncompress(buf.get(), &n, reinterpret_cast<const Bytef*>(in->s.data()), in->s.size()) == Z_OK;
+        if (ok) out.assign(reinterpret_cast<const char*>(buf.get()), n);
+    }
+    if (!ok || out.size() > m_decode_budget) return false;
+    m_decode_budget -= out.size();
+    made->kind = ValueKind::bytes;
+    made->s = m_arena.own(out);
+    if (ops::proto_start({reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}))
+        nested.push_back({{reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}, made->offset,
+                          "bytes decoded by " + fn, false});
+    return true;
+}
+
+Value* ScanHooks::reduce(Value* made) {
+    Value* c = made->callable;
+    methods.reduce(made);
+    if (!c || computed_placeholder(c)) return nullptr;  // a computed name: reported where it was made
+    if (c->kind != ValueKind::global) {
+        events.push_back({"computed_call", "", made->offset, opcode_at(made->offset),
+                          std::string(ops::name(opcode_at(made->offset))) + " calls " + describe(c) +
+                              ", not a named global: what runs is made while unpickling"});
+        return nullptr;
+    }
+    std::string fn = name_of(c);
+    if ((made->how == MakeHow::newobj || made->how == MakeHow::newobj_ex) && allowed_function(c))
+        events.push_back({"newobj_function", fn, made->offset, opcode_at(made->offset),
+                          std::string(ops::name(opcode_at(made->offset))) + " of the function " + fn +
+                              ": unpicklers make objects of classes only (CPython refuses this; torch's "
+                              "weights_only loader did not, CVE-2026-24747)"});
+    ValueSpan args = made->args && made->args->kind == ValueKind::tuple ? ValueSpan(made->args->items) : ValueSpan();
+    if (decode(made, fn, args)) return made;
+    if (loader(fn) && !args.empty()) {
+        const Value* a = args[0];
+        // torch.load(io.BytesIO(b)) hands its bytes over one call deeper.
+        if (a->kind == ValueKind::object && a->callable && a->callable->kind == ValueKind::global &&
+            a->callable->s2 == "BytesIO" && a->args && !a->args->items.empty())
+            a = a->args->items[0];
+        if (a->kind == ValueKind::bytes || a->kind == ValueKind::bytearray)
+            nested.push_back({{reinterpret_cast<const uint8_t*>(a->s.data()), a->s.size()}, a->offset,
+                              "what " + fn + " is handed", true});
+    }
+    return nullptr;
+}
+
+}  // namespace ckpt

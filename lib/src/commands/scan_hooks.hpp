@@ -1,0 +1,82 @@
+// What the scanner's VM records: every global it resolves, every call of something that is not a
+// named global, every mutation of a global or of what a function returned, every name computed at
+// load time, and the bytes a pickle hands to a pickle-loading call (or decodes itself first). The
+// hooks never refuse what a real unpickler would do; they note it and let the VM go on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pickle/bound_methods.hpp"
+#include "ckpt/bytes.hpp"
+#include "pickle/pickle.hpp"
+#include "ckpt/value.hpp"
+
+namespace ckpt {
+
+struct SeenGlobal {
+    std::string module;  // as written
+    std::string name;
+    uint64_t offset = 0;
+    uint8_t opcode = 0;
+};
+
+struct ScanEvent {
+    std::string kind;    // a ScanFinding kind
+    std::string global;  // the global it concerns, "" for none
+    uint64_t offset = 0;
+    uint8_t opcode = 0;
+    std::string message;
+};
+
+struct NestedBytes {
+    ByteView bytes;
+    uint64_t offset = 0;  // where the value holding them was made
+    std::string why;      // "bytes", "the argument of pickle.loads", "base64 text decoded by …"
+    bool surely = false;  // handed to a loader: a pickle whatever its first byte
+};
+
+class ScanHooks : public PickleHooks {
+public:
+    // `data` and `base`: the pickle being run, to name the opcode at an offset.
+    ScanHooks(ValueArena& arena, ByteView data, uint64_t base) : m_arena(arena), m_data(data), m_base(base) {}
+
+    std::vector<SeenGlobal> globals;
+    std::vector<ScanEvent> events;
+    std::vector<NestedBytes> nested;
+    BoundMethods methods;  // builtins.getattr's uses
+
+    Value* global(Value* g, std::string_view written) override;
+    Value* reduce(Value* made) override;
+    Value* persistent_load(Value* pid, uint64_t offset) override;
+    Value* computed_global(Value* module, Value* name, uint64_t offset) override;
+    Value* extension(uint32_t code, uint64_t offset) override;
+    void mutate(Value* target, uint8_t opcode, uint64_t offset) override;
+
+private:
+    uint8_t opcode_at(uint64_t offset) const {
+        uint64_t pos = offset - m_base;
+        return offset >= m_base && pos < m_data.size ? m_data.data[pos] : 0;
+    }
+    Value* placeholder(uint64_t offset, std::string_view what);
+    bool decode(Value* made, const std::string& fn, ValueSpan args);
+
+    ValueArena& m_arena;
+    ByteView m_data;
+    uint64_t m_base;
+    // What decoding calls may produce in one pickle, all of them together: a payload is decoded, a
+    // thousand calls of zlib.decompress are not a way to make the scan take memory and minutes.
+    uint64_t m_decode_budget = 256u << 20;
+};
+
+// Is `v` a global the hooks made up for a name computed at load time?
+inline bool computed_placeholder(const Value* v) { return v && v->kind == ValueKind::global && v->s.empty(); }
+
+// Text decoders the scanner applies on its own: strict hex, and base64 as Python's b64decode reads it
+// (characters outside the alphabet skipped; `url`: - and _ for + and /). false for text that does not
+// decode.
+bool decode_hex(std::string_view text, std::string& out, bool skip_blanks = false);
+bool decode_base64(std::string_view text, std::string& out, bool url = false);
+
+}  // namespace ckpt

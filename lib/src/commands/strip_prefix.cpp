@@ -1,0 +1,471 @@
+#include "ckpt/strip_prefix.hpp"
+
+#include "base/text_util.hpp"
+
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include <algorithm>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/atomic_file.hpp"
+#include "ckpt/error.hpp"
+#include "model/keys.hpp"
+#include "io/mapped_file.hpp"
+#include "ckpt/report.hpp"
+#include "pickle/pickle.hpp"
+#include "pickle/rewrite.hpp"
+#include "formats/safetensors.hpp"
+#include "io/zip.hpp"
+#include "io/zip_writer.hpp"
+#include "formats/dist.hpp"
+
+namespace ckpt {
+
+namespace {
+
+using text::starts_with;
+
+[[noreturn]] void refuse(const std::string& path, const std::string& why) {
+    throw Error(ErrorKind::usage, path, why);
+}
+
+std::string without_dot(std::string p) {
+    if (!p.empty() && p.back() == '.') p.pop_back();
+    return p;
+}
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// The string keys of a dict value, in order.
+std::vector<std::string> string_keys(const Value* d) {
+    std::vector<std::string> keys;
+    if (!d) return keys;
+    for (size_t i = 0; i < d->dict_size(); ++i)
+        if (d->dict_key(i)->kind == ValueKind::string) keys.emplace_back(d->dict_key(i)->s);
+    return keys;
+}
+
+// OrderedDict._metadata of a state dict (set through BUILD), or nullptr.
+const Value* metadata_of(const Value* state_dict) {
+    if (!state_dict || !state_dict->state || state_dict->state->kind != ValueKind::dict) return nullptr;
+    const Value* m = state_dict->state->get("_metadata");
+    return m && m->kind == ValueKind::dict ? m : nullptr;
+}
+
+std::vector<KeyRename> metadata_renames(const Value* state_dict, const RenameRule& rule) {
+    std::vector<KeyRename> out;
+    for (const auto& k : string_keys(metadata_of(state_dict))) {
+        std::string to = rule.metadata_key(k);
+        if (to != k) out.push_back({k, to});
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string RenameRule::key(std::string_view k) const {
+    std::string out(k);
+    for (const auto& p : strip)
+        if (starts_with(out, p)) out.erase(0, p.size());
+    return add + out;
+}
+
+std::string RenameRule::metadata_key(std::string_view k) const {
+    std::string out(k);
+    for (const auto& p : strip) {
+        if (out.empty()) continue;
+        if (out == without_dot(p)) out.clear();
+        else if (starts_with(out, p)) out.erase(0, p.size());
+    }
+    if (!add.empty()) out = out.empty() ? without_dot(add) : add + out;
+    return out;
+}
+
+RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
+    auto fail = [&](const std::string& why) { refuse(c.path(), why); };
+    const StateDict& sd = c.state_dict();
+    std::string where = sd.path.empty() ? "" : " at '" + sd.path + "'";
+    switch (sd.kind) {
+        case StateDictKind::none:
+            refuse(c.path(), "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
+        case StateDictKind::module:
+            refuse(c.path(), "the model" + where + " is a pickled nn.Module: its parameter names are attribute "
+                 "names, not keys strip-prefix can rename (save model.state_dict() instead)");
+        case StateDictKind::tree:
+            refuse(c.path(), "a TorchScript module: its parameter names are attribute paths, not keys strip-prefix "
+                 "can rename");
+        case StateDictKind::dict: break;
+    }
+    RenamePlan plan;
+    std::vector<std::string> keys = string_keys(sd.value);
+    plan.keys = keys.size();
+    if (keys.empty()) fail("the state dict" + where + " has no keys");
+
+    if (options.prefixes.empty() && options.add_prefix.empty()) {
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        std::string wp = wrapper_prefix(views);
+        if (wp.empty()) {
+            size_t with_module = 0, with_compile = 0;
+            for (const auto& k : keys) {
+                with_module += starts_with(k, "module.");
+                with_compile += starts_with(k, "_orig_mod.");
+            }
+            std::string why = "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\"";
+            std::string n = std::to_string(keys.size());
+            std::string lead = common_leading_component(views);
+            if (with_module)
+                why += " (" + std::to_string(with_module) + " of " + n +
+                       " keys start with \"module.\"; --prefix module. strips it from those)";
+            else if (with_compile)
+                why += " (" + std::to_string(with_compile) + " of " + n +
+                       " keys start with \"_orig_mod.\"; --prefix _orig_mod. strips it from those)";
+            else if (!lead.empty())
+                why += " (all " + n + " keys start with " + in_quotes(lead) + "; --prefix " + lead + " strips it)";
+            fail(why);
+        }
+        for (size_t at = 0; at < wp.size();) {
+            std::string part = starts_with(std::string_view(wp).substr(at), "module.") ? "module." : "_orig_mod.";
+            plan.rule.strip.push_back(part);
+            at += part.size();
+        }
+        plan.default_rule = true;
+    } else {
+        plan.rule.strip = options.prefixes;
+        plan.rule.add = options.add_prefix;
+        std::vector<std::string> current = keys;
+        for (const auto& p : plan.rule.strip) {
+            if (p.empty()) fail("--prefix is empty");
+            size_t hits = 0;
+            for (auto& k : current)
+                if (starts_with(k, p)) {
+                    k.erase(0, p.size());
+                    ++hits;
+                }
+            if (hits == 0)
+                fail("--prefix " + in_quotes(p) + " matches no key of the state dict" + where +
+                     " (keys look like " + in_quotes(keys.front()) + ")");
+        }
+    }
+
+    std::unordered_map<std::string, std::string> taken;  // new name → old name
+    std::vector<std::string> clashes;
+    for (const auto& k : keys) {
+        std::string to = plan.rule.key(k);
+        if (to.empty()) fail("key " + in_quotes(k) + " would become empty");
+        if (to[0] == '.')
+            fail("key " + in_quotes(k) + " would become " + in_quotes(to) + " (a prefix should end with \".\")");
+        auto [it, fresh] = taken.emplace(to, k);
+        if (!fresh && clashes.size() < 3)
+            clashes.push_back(in_quotes(it->second) + " and " + in_quotes(k) + " would both become " + in_quotes(to));
+        else if (!fresh)
+            clashes.push_back("");
+        if (to != k) plan.renamed.push_back({k, to});
+    }
+    if (!clashes.empty()) {
+        std::string msg = std::to_string(clashes.size()) + " key collision" + (clashes.size() > 1 ? "s" : "") + ": ";
+        for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
+        fail(msg);
+    }
+    plan.metadata = metadata_renames(sd.value, plan.rule);
+    return plan;
+}
+
+std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
+    const PickleTrace* trace = c.pickle_trace();
+    if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
+    ByteView pk = c.pickle_bytes();
+    const Value* sd = c.state_dict().value;
+    const Value* md = metadata_of(sd);
+    std::unordered_map<std::string, std::string> key_map, md_map;
+    for (const auto& r : plan.renamed) key_map.emplace(r.from, r.to);
+    for (const auto& r : plan.metadata) md_map.emplace(r.from, r.to);
+
+    std::vector<PickleEdit> edits;
+    std::unordered_set<const Value*> rewritten;  // strings whose pushing opcode now says the new name
+    std::unordered_set<uint64_t> sites;
+    std::unordered_set<std::string> found;
+    for (const auto& ks : trace->key_sites) {
+        const auto* map = ks.dict == sd ? &key_map : (md && ks.dict == md) ? &md_map : nullptr;
+        if (!map) continue;
+        const Value* key = ks.dict->dict_key(ks.entry);
+        if (key->kind != ValueKind::string) continue;
+        auto it = map->find(std::string(key->s));
+        if (it == map->end()) continue;
+        uint8_t op = pk.data[ks.pos];
+        uint64_t len = traced_opcode_length(pk, ks.pos);
+        bool get = op == 'h' || op == 'j' || op == 'g';
+        bool push = std::string_view("XTUSV\x8c\x8d", 7).find(static_cast<char>(op)) != std::string_view::npos;
+        if (len == 0 || !(get || push)) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "0x%02x", op);
+            throw Error(ErrorKind::unsupported, c.path(),
+                        c.pickle_record() + ": key " + in_quotes(key->s) + " is pushed by opcode " + hex +
+                            ", which strip-prefix cannot rewrite", ks.pos);
+        }
+        edits.push_back({ks.pos, len, binunicode(it->second)});
+        sites.insert(ks.pos);
+        if (push) rewritten.insert(ks.key);
+        if (map == &key_map) found.insert(it->first);
+    }
+    for (const auto& g : trace->string_gets)
+        if (rewritten.count(g.value) && !sites.count(g.pos))
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), binunicode(g.value->s)});
+    for (const auto& r : plan.renamed)
+        if (!found.count(r.from))
+            throw Error(ErrorKind::unsupported, c.path(),
+                        c.pickle_record() + ": cannot find where key " + in_quotes(r.from) + " is written");
+
+    return apply_pickle_edits(c, std::move(edits));
+}
+
+namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa {}, sb {};
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+// safetensors: the same header with the new names (and aliases recorded in __metadata__ renamed the
+// same way), the same offsets, and the data buffer copied by the kernel in one piece.
+uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, int fd, const std::string& target,
+                                   size_t& records) {
+    ByteView file = c.file().view();
+    SafetensorsHeader h = read_safetensors(file);
+    std::unordered_set<std::string> names;
+    for (const auto& t : h.tensors) names.insert(t.name);
+    std::vector<std::pair<std::string, std::string>> meta;
+    for (const auto& [k, v] : h.metadata) {
+        bool alias = names.count(v) && !names.count(k);  // alias → kept tensor, as converters record them
+        meta.push_back({alias ? plan.rule.key(k) : k, alias ? plan.rule.key(v) : v});
+    }
+    SafetensorsHeaderWriter header(h.metadata.empty() ? nullptr : &meta);
+    uint64_t buffer = 8 + h.header_size;
+    for (const auto& t : h.tensors)  // the plan refused renames that collide
+        header.add(plan.rule.key(t.name), t.dtype, t.shape, t.begin - buffer, t.end - buffer);
+    std::string text = header.finish();
+    write_all(fd, text.data(), text.size(), 0, target);
+    copy_range(c.file().fd(), buffer, fd, text.size(), file.size - buffer, target);
+    records = h.tensors.size();
+    return text.size() + (file.size - buffer);
+}
+
+// What the written file must hold, taken from the input so that the input can be closed before the
+// output is opened again: on 100,000 tensors each opened checkpoint is ~400 MiB.
+struct Expected {
+    size_t records = 0, storages = 0, tensors = 0;
+    std::vector<std::string> keys;  // the state dict's, renamed
+};
+
+Expected expected_of(const Checkpoint& in, const RenamePlan& plan) {
+    Expected e;
+    // A legacy input comes out as a zip: its storages, and data.pkl and version besides.
+    e.records = in.record_count() + (in.format() == Format::legacy ? 2 : 0);
+    e.storages = in.storages().size();
+    e.tensors = in.tensors().size();
+    for (const auto& k : string_keys(in.state_dict().value)) e.keys.push_back(plan.rule.key(k));
+    return e;
+}
+
+// The written file, opened again: the same records, storages and tensors, and the new key names.
+void check_written(const Expected& want, const std::string& written, const OpenOptions& open, const std::string& target) {
+    auto fail = [&](const std::string& why) {
+        throw Error(ErrorKind::corrupt, target, "the written file does not read back as it should (" + why +
+                                                    "); nothing was written");
+    };
+    std::unique_ptr<Checkpoint> out;
+    try {
+        out = Checkpoint::open(written, open);
+    } catch (const Error& e) {
+        fail(e.message());
+    }
+    if (out->record_count() != want.records) fail("record count differs");
+    if (out->storages().size() != want.storages || out->tensors().size() != want.tensors)
+        fail("storages or tensors differ");
+    if (!out->problems().empty()) fail(out->problems().front().message);
+    if (string_keys(out->state_dict().value) != want.keys) fail("state-dict keys differ from the plan");
+}
+
+void refuse_damaged(const Checkpoint& c) {
+    if (!c.problems().empty())
+        throw Error(ErrorKind::corrupt, c.path(),
+                    "will not repair a damaged checkpoint: " + c.problems().front().message +
+                        (c.problems().size() > 1 ? " (and " + std::to_string(c.problems().size() - 1) + " more)" : ""));
+}
+
+
+// A sharded checkpoint (an index and its shards): the plan made on all of its keys at once, then
+// each shard renamed the way a single file is, under its own name beside the output index, and the
+// index with its weight_map renamed (everything else in it kept). Every file is written and checked
+// before the first is renamed into place.
+StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefixReport r) {
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, rq.open);
+    refuse_damaged(*c);
+    r.plan = plan_rename(*c, rq.options);
+    if (rq.dry_run) return r;
+    std::string in_index = c->path(), in_dir = text::parent_dir(in_index);
+    struct stat st {};
+    std::string target = rq.in_place ? in_index
+                         : ::stat(rq.output.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? rq.output + "/" + text::base_name(in_index)
+                                                                                      : rq.output;
+    std::string out_dir = text::parent_dir(target);
+    if (!rq.in_place && same_file(out_dir, in_dir))
+        throw Error(ErrorKind::usage, target, "the shards keep their names, so beside the input's index they would replace the input's shards: "
+                                              "give another directory, or --in-place");
+    std::vector<std::string> targets;
+    for (const auto& name : c->shards()) targets.push_back(out_dir + "/" + name);
+    targets.push_back(target);
+    if (!rq.in_place && !rq.force)
+        for (const auto& t : targets)
+            if (::stat(t.c_str(), &st) == 0) throw Error(ErrorKind::usage, t, "exists (use --force to overwrite)");
+
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    OpenOptions open = rq.open;
+    open.trace_pickle = true;
+    for (size_t i = 0; i < c->shards().size(); ++i) {
+        std::unique_ptr<Checkpoint> shard = Checkpoint::open(in_dir + "/" + c->shards()[i], open);
+        refuse_damaged(*shard);
+        RenamePlan plan;
+        plan.rule = r.plan.rule;
+        for (const auto& k : string_keys(shard->state_dict().value))
+            if (plan.rule.key(k) != k) plan.renamed.push_back({k, plan.rule.key(k)});
+        plan.metadata = metadata_renames(shard->state_dict().value, plan.rule);
+        files.push_back(std::make_unique<AtomicFile>(targets[i]));
+        size_t records = 0;
+        if (shard->format() == Format::safetensors) {
+            r.bytes_written += write_renamed_safetensors(*shard, plan, files.back()->fd(), targets[i], records);
+        } else {
+            std::string pickle = patch_pickle(*shard, plan);
+            r.bytes_written += write_torch_zip(*shard, pickle, files.back()->fd(), targets[i], records);
+        }
+        r.records += records;
+        files.back()->start_sync();  // the disk writes while the shard is read back
+        Expected want = expected_of(*shard, plan);
+        shard.reset();
+        check_written(want, files.back()->temp_path(), rq.open, targets[i]);
+    }
+    // The index as it was (its order and its metadata), with the weight map's names renamed.
+    MappedFile index_file(in_index);
+    ByteView iv = index_file.view();
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(iv.data, iv.data + iv.size);
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it)
+        append_new_member(map, r.plan.rule.key(it.key()), it.value());  // the plan refused renames that collide
+    j["weight_map"] = map;
+    std::string text = j.dump(2) + "\n";
+    auto index = std::make_unique<AtomicFile>(target);
+    write_all(index->fd(), text.data(), text.size(), 0, target);
+    r.bytes_written += text.size();
+    commit_set(files, index.get(), rq.force || rq.in_place);
+    r.output = target;
+    return r;
+}
+
+}  // namespace
+
+StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
+    StripPrefixReport r;
+    r.file = rq.input;
+    r.dry_run = rq.dry_run;
+    r.in_place = rq.in_place;
+    if (rq.in_place && !rq.output.empty() && !same_file(rq.output, rq.input))
+        throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
+    if (!rq.in_place && rq.output.empty() && !rq.dry_run)
+        throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
+    if (dist_target(rq.input).kind != DistKind::none || !deepspeed_folder_of(rq.input).empty())  // dist.cpp
+        throw Error(ErrorKind::usage, rq.input,
+                    "is (part of) a sharded checkpoint of distributed training: strip-prefix rewrites one file; "
+                    "`ckpt-tool merge` writes the merged state dict with the prefixes stripped (--strip-prefix)");
+    if (is_sharded_index(rq.input)) return strip_prefix_sharded(rq, r);
+    std::string target = rq.output;
+    if (rq.in_place) {
+        // Through a symlink, replace the file it names (as the user means), not the link.
+        char* real = ::realpath(rq.input.c_str(), nullptr);
+        target = real ? real : rq.input;
+        std::free(real);
+    }
+    if (!rq.in_place && !rq.dry_run) {
+        struct stat st {};
+        if (::stat(target.c_str(), &st) == 0) {
+            if (same_file(target, rq.input))
+                throw Error(ErrorKind::usage, target, "is the input file (use --in-place to replace it)");
+            if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::usage, target, "is a directory");
+            if (!rq.force) throw Error(ErrorKind::usage, target, "exists (use --force to overwrite)");
+        }
+    }
+
+    OpenOptions open = rq.open;
+    open.trace_pickle = true;
+    std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
+    refuse_damaged(*c);
+    if (c->format() == Format::torch_export)
+        throw Error(ErrorKind::unsupported, rq.input,
+                    "a torch.export archive: its names belong to the exported program and are not renamed apart from it; "
+                    "`ckpt-tool convert --weights-only` writes its state dict as .pth or .safetensors, whose keys strip-prefix renames");
+    r.plan = plan_rename(*c, rq.options);
+    if (rq.dry_run) return r;
+
+    AtomicFile out(target);
+    if (c->format() == Format::safetensors) {
+        r.bytes_written = write_renamed_safetensors(*c, r.plan, out.fd(), target, r.records);
+    } else {
+        std::string pickle = patch_pickle(*c, r.plan);
+        r.bytes_written = write_torch_zip(*c, pickle, out.fd(), target, r.records);
+    }
+    out.start_sync();  // the disk writes while the output is read back from the page cache
+    Expected want = expected_of(*c, r.plan);
+    c.reset();  // not open twice at once
+    check_written(want, out.temp_path(), rq.open, target);
+    out.commit(rq.force || rq.in_place);
+    r.output = target;
+    return r;
+}
+
+nlohmann::json to_json(const StripPrefixReport& r) {
+    nlohmann::json j = report_head("strip-prefix");
+    j["file"] = r.file;
+    j["output"] = r.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.output);
+    j["dry_run"] = r.dry_run;
+    j["in_place"] = r.in_place;
+    j["rule"] = {{"strip", r.plan.rule.strip}, {"add", r.plan.rule.add}, {"default", r.plan.default_rule}};
+    j["keys"] = r.plan.keys;
+    j["renamed_count"] = r.plan.renamed.size();
+    auto list = [](const std::vector<KeyRename>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& x : v) a.push_back({{"from", x.from}, {"to", x.to}});
+        return a;
+    };
+    j["renamed"] = list(r.plan.renamed);
+    j["metadata_renamed"] = list(r.plan.metadata);
+    j["records"] = r.records;
+    j["bytes_written"] = r.bytes_written;
+    return j;
+}
+
+void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle& style) {
+    Paint paint{style.color};
+    std::string what;
+    for (const auto& p : r.plan.rule.strip) what += (what.empty() ? "strip " : ", ") + in_quotes(p);
+    if (!r.plan.rule.add.empty()) what += (what.empty() ? "add " : "; add ") + in_quotes(r.plan.rule.add);
+    std::string counts = std::to_string(r.plan.renamed.size()) + " of " + std::to_string(r.plan.keys) +
+                         " keys (" + what + ")";
+    if (!r.plan.metadata.empty()) counts += " and " + std::to_string(r.plan.metadata.size()) + " _metadata entries";
+    if (r.dry_run) {
+        out << paint("1", r.file) << ": dry run: would rename " << counts << "; nothing written\n";
+    } else {
+        out << paint("1", r.file) << " → " << paint("1", r.output) << ": renamed " << counts << "; "
+            << r.records << " records, " << human_bytes(r.bytes_written) << " written\n";
+    }
+    size_t limit = r.dry_run ? r.plan.renamed.size() : 20;
+    for (size_t i = 0; i < r.plan.renamed.size() && i < limit; ++i)
+        out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", r.plan.renamed[i].to) << "\n";
+    if (r.plan.renamed.size() > limit)
+        out << "  … " << r.plan.renamed.size() - limit << " more (--dry-run or --json lists all)\n";
+}
+
+}  // namespace ckpt

@@ -1,0 +1,134 @@
+#include "io/zip_writer.hpp"
+
+#include <limits>
+
+#include "ckpt/atomic_file.hpp"
+#include "ckpt/error.hpp"
+
+namespace ckpt {
+
+namespace {
+
+constexpr uint32_t k_u32_max = std::numeric_limits<uint32_t>::max();
+
+void put16(std::string& b, uint64_t v) { append_le(b, v, 2); }
+void put32(std::string& b, uint64_t v) { append_le(b, v, 4); }
+void put64(std::string& b, uint64_t v) { append_le(b, v, 8); }
+
+}  // namespace
+
+uint64_t ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_t crc32) {
+    if (name.size() > 0xffff) throw Error(ErrorKind::usage, m_path, "record name too long: " + name);
+    bool zip64 = size >= k_u32_max;
+    std::string extra;
+    if (zip64) {
+        put16(extra, 0x0001);
+        put16(extra, 16);
+        put64(extra, size);
+        put64(extra, size);
+    }
+    uint64_t fixed = 30 + name.size() + extra.size();
+    uint64_t pad = (k_alignment - (m_pos + fixed + 4) % k_alignment) % k_alignment;
+    put16(extra, 0x4246);  // "FB"
+    put16(extra, pad);
+    extra.append(pad, 'Z');
+
+    std::string h;
+    put32(h, 0x04034b50);
+    put16(h, zip64 ? 45 : 20);
+    put16(h, 0x0800);
+    put16(h, 0);           // STORED
+    put16(h, 0);           // time
+    put16(h, 0x21);        // date: 1980-01-01, as torch writes
+    put32(h, crc32);
+    put32(h, zip64 ? k_u32_max : size);
+    put32(h, zip64 ? k_u32_max : size);
+    put16(h, name.size());
+    put16(h, extra.size());
+    h += name;
+    h += extra;
+    write_all(m_fd, h.data(), h.size(), m_pos, m_path);
+    m_entries.push_back({name, crc32, size, m_pos});
+    m_pos += h.size();
+    return m_pos;
+}
+
+void ZipWriter::add(const std::string& name, ByteView data, uint32_t crc32) {
+    uint64_t at = begin_record(name, data.size, crc32);
+    write_all(m_fd, data.data, data.size, at, m_path);
+    m_pos += data.size;
+    m_writeback.written_up_to(m_pos);
+}
+
+void ZipWriter::add_copy(const std::string& name, int src_fd, uint64_t offset, uint64_t size,
+                         uint32_t crc32) {
+    uint64_t at = begin_record(name, size, crc32);
+    copy_range(src_fd, offset, m_fd, at, size, m_path);
+    m_pos += size;
+    m_writeback.written_up_to(m_pos);
+}
+
+uint64_t ZipWriter::finish() {
+    std::string cd;
+    for (const Written& e : m_entries) {
+        bool big_size = e.size >= k_u32_max, big_offset = e.header_offset >= k_u32_max;
+        std::string extra;
+        if (big_size || big_offset) {
+            put16(extra, 0x0001);
+            put16(extra, (big_size ? 16 : 0) + (big_offset ? 8 : 0));
+            if (big_size) {
+                put64(extra, e.size);
+                put64(extra, e.size);
+            }
+            if (big_offset) put64(extra, e.header_offset);
+        }
+        put32(cd, 0x02014b50);
+        put16(cd, 0x031e);  // made by: Unix, spec 3.0
+        put16(cd, extra.empty() ? 20 : 45);
+        put16(cd, 0x0800);
+        put16(cd, 0);
+        put16(cd, 0);
+        put16(cd, 0x21);
+        put32(cd, e.crc32);
+        put32(cd, big_size ? k_u32_max : e.size);
+        put32(cd, big_size ? k_u32_max : e.size);
+        put16(cd, e.name.size());
+        put16(cd, extra.size());
+        put16(cd, 0);  // comment
+        put16(cd, 0);  // disk
+        put16(cd, 0);  // internal attributes
+        put32(cd, 0100644u << 16);  // external: a regular file, rw-r--r--
+        put32(cd, big_offset ? k_u32_max : e.header_offset);
+        cd += e.name;
+        cd += extra;
+    }
+    uint64_t cd_offset = m_pos, cd_size = cd.size(), n = m_entries.size();
+    uint64_t zip64_end = cd_offset + cd_size;
+    put32(cd, 0x06064b50);
+    put64(cd, 44);
+    put16(cd, 0x031e);
+    put16(cd, 45);
+    put32(cd, 0);
+    put32(cd, 0);
+    put64(cd, n);
+    put64(cd, n);
+    put64(cd, cd_size);
+    put64(cd, cd_offset);
+    put32(cd, 0x07064b50);
+    put32(cd, 0);
+    put64(cd, zip64_end);
+    put32(cd, 1);
+    put32(cd, 0x06054b50);
+    put16(cd, 0);
+    put16(cd, 0);
+    put16(cd, n >= 0xffff ? 0xffff : n);
+    put16(cd, n >= 0xffff ? 0xffff : n);
+    put32(cd, cd_size >= k_u32_max ? k_u32_max : cd_size);
+    put32(cd, cd_offset >= k_u32_max ? k_u32_max : cd_offset);
+    put16(cd, 0);
+    write_all(m_fd, cd.data(), cd.size(), m_pos, m_path);
+    m_pos += cd.size();
+    return m_pos;
+}
+
+}  // namespace ckpt

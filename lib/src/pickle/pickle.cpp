@@ -1,0 +1,581 @@
+// The restricted pickle VM. A pickle is a program for a stack machine: one opcode byte, then its
+// inline argument; pickle_ops.cpp lists them with their encodings. The VM faults where CPython's
+// Modules/_pickle.c faults, so that a scanner that catches the fault knows what ran before it: GLOBAL
+// and INST names are strict UTF-8, a FRAME's bytes must be there, dict keys and set items must be
+// hashable, INT reads "0x1f" and "017" as strtol does, LONG any size. What it cannot know (a computed
+// STACK_GLOBAL, an EXT code, BUILD or SETITEM on a global) it asks the hooks about.
+#include "pickle/pickle.hpp"
+
+#include "pickle/pickle_ops.hpp"
+#include "pickle/pickle_text.hpp"
+#include "ckpt/globals.hpp"
+#include "base/string_index.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <unordered_map>
+
+namespace ckpt {
+
+Value* PickleHooks::persistent_load(Value* /*pid*/, uint64_t offset) {
+    throw Error(ErrorKind::unsupported, "", "pickle uses a persistent id where none is expected", offset);
+}
+
+namespace {
+
+class Machine {
+public:
+    Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
+            uint64_t base, const PickleLimits& limits, PickleTrace* trace)
+        : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
+          m_limits(limits), m_trace(trace) {}
+
+    PickleResult run();
+    uint64_t done() const { return m_done; }
+
+private:
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Error(ErrorKind::corrupt, "", m_context + ": " + what, m_op_offset);
+    }
+    [[noreturn]] void limit(const std::string& what) const {
+        throw Error(ErrorKind::limit, "", m_context + ": " + what, m_op_offset);
+    }
+
+    size_t mark_base() const { return m_marks.empty() ? 0 : m_marks.back(); }
+    void push(Value* v) {
+        if (m_stack.size() >= m_limits.max_stack) limit("stack grows past its limit");
+        m_stack.push_back(v);
+        if (m_trace) m_push_pos.push_back(m_op_pos);
+    }
+    Value* pop() {
+        if (m_stack.size() <= mark_base()) fail("pops an empty stack (or past a MARK)");
+        Value* v = m_stack.back();
+        m_stack.pop_back();
+        if (m_trace) m_push_pos.pop_back();
+        return v;
+    }
+    Value* top() {
+        if (m_stack.size() <= mark_base()) fail("needs a value on an empty stack");
+        return m_stack.back();
+    }
+    // The values above the last MARK, popped: a view of the stack's storage, valid until the next
+    // push (shrinking a vector keeps its storage), which every caller consumes before pushing.
+    ValueSpan pop_mark() {
+        if (m_marks.empty()) fail("needs a MARK but there is none");
+        size_t base = m_marks.back();
+        m_marks.pop_back();
+        ValueSpan items(m_stack.data() + base, m_stack.size() - base);
+        m_stack.resize(base);
+        if (m_trace) {
+            m_popped_pos.assign(m_push_pos.begin() + static_cast<long>(base), m_push_pos.end());
+            m_push_pos.resize(base);
+        }
+        return items;
+    }
+    // Records that `child` now sits inside `parent`, enforcing the depth and size caps.
+    void adopt(Value* parent, const Value* child) {
+        if (child->depth + 1 > parent->depth) {
+            parent->depth = child->depth + 1;
+            if (parent->depth > m_limits.max_depth)
+                limit("nesting deeper than " + std::to_string(m_limits.max_depth) + " levels");
+        }
+    }
+    void check_size(uint64_t n) {
+        if (n > m_limits.max_container)
+            limit("a container holds more than " + std::to_string(m_limits.max_container) + " items");
+    }
+    Value* make_seq(ValueKind kind, ValueSpan items) {
+        check_size(items.size());
+        Value* v = m_arena.make(kind, m_op_offset);
+        for (Value* c : items) adopt(v, c);
+        v->items = m_arena.list_of(items);
+        return v;
+    }
+    Value* make_string(ValueKind kind, ByteView b) {
+        Value* v = m_arena.make(kind, m_op_offset);
+        v->s = b.as_chars();
+        if (kind == ValueKind::string && !pickle_text::valid_utf8(v->s)) fail("string is not valid UTF-8");
+        return v;
+    }
+    Value* make_int_bytes(ByteView b) {
+        if (b.size <= 8) {
+            uint64_t u = 0;
+            for (uint64_t k = b.size; k-- > 0;) u = (u << 8) | b.data[k];
+            if (b.size > 0 && b.size < 8 && (b.data[b.size - 1] & 0x80)) u |= ~0ull << (8 * b.size);
+            return m_arena.integer(static_cast<int64_t>(u), m_op_offset);
+        }
+        Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
+        v->s = b.as_chars();
+        return v;
+    }
+    Value* push_integer(const pickle_text::Integer& n) {
+        if (n.fits) return m_arena.integer(n.small, m_op_offset);
+        Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
+        v->s = m_arena.own(n.big);
+        return v;
+    }
+    Value* parse_int_line(std::string_view line) {
+        if (line == "00") return m_arena.boolean(false);
+        if (line == "01") return m_arena.boolean(true);
+        pickle_text::Integer n;
+        if (!pickle_text::int_literal(line, n)) fail("bad integer literal");
+        return push_integer(n);
+    }
+    Value* parse_long_line(std::string_view line) {
+        if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
+        pickle_text::Integer n;
+        if (!pickle_text::long_literal(line, n)) fail("bad long integer literal");
+        return push_integer(n);
+    }
+    // GLOBAL and INST read their names as UTF-8 text (Modules/_pickle.c decodes them strictly and
+    // fails before it imports anything); STACK_GLOBAL's strings were checked when pushed.
+    Value* make_global(std::string_view module, std::string_view name) {
+        if (module.empty() || name.empty()) fail("global with an empty module or name");
+        if (!pickle_text::valid_utf8(module) || !pickle_text::valid_utf8(name)) fail("global name is not valid UTF-8");
+        Value* g = m_arena.make(ValueKind::global, m_op_offset);
+        std::string mod = python3_module(module);
+        g->s = mod == module ? module : m_arena.own(std::move(mod));
+        g->s2 = name;
+        Value* out = m_hooks.global(g, module);
+        return out ? out : g;
+    }
+    Value* make_object(MakeHow how, Value* callable, Value* args, Value* kwargs) {
+        Value* o = m_arena.make(ValueKind::object, m_op_offset);
+        o->how = how;
+        o->callable = callable;
+        o->args = args;
+        adopt(o, callable);
+        adopt(o, args);
+        if (kwargs) adopt(o, kwargs);
+        Value* typed = m_hooks.reduce(o);
+        return typed ? typed : o;
+    }
+    // Protocol 0 text arguments (pickle_text.cpp), kept in the arena.
+    std::string_view unescape_string_literal(std::string_view line) {
+        std::string out, error;
+        if (!pickle_text::string_literal(line, out, error)) fail(error);
+        return m_arena.own(std::move(out));
+    }
+    std::string_view unescape_raw_unicode(std::string_view line) {
+        std::string out, error;
+        if (!pickle_text::raw_unicode(line, out, error)) fail(error);
+        return m_arena.own(std::move(out));
+    }
+    // Writers number memo entries densely from 0, so a vector serves them; a sparse or huge index
+    // (only a hostile pickle writes one) goes to the map and costs what it holds, not its value.
+    void memo_put(uint64_t index) {
+        Value* v = top();
+        bool dense = index < m_memo_dense.size() + 4096;
+        bool fresh = dense ? index >= m_memo_dense.size() || !m_memo_dense[index] : !m_memo.count(index);
+        if (fresh && ++m_memo_count > m_limits.max_memo)
+            limit("memo grows past " + std::to_string(m_limits.max_memo) + " entries");
+        if (dense) {
+            if (index == m_memo_dense.size()) m_memo_dense.push_back(nullptr);  // the usual next index
+            else if (index > m_memo_dense.size()) m_memo_dense.resize(index + 1, nullptr);
+            m_memo_dense[index] = v;
+        } else {
+            m_memo[index] = v;
+        }
+    }
+    Value* memo_get(uint64_t index) {
+        if (index < m_memo_dense.size() && m_memo_dense[index]) return m_memo_dense[index];
+        auto it = m_memo.find(index);
+        if (it == m_memo.end()) fail("memo index " + std::to_string(index) + " is not defined");
+        return it->second;
+    }
+    uint64_t parse_index_line(std::string_view line) {
+        std::string text(line);
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || text[0] == '-')
+            fail("bad memo index");
+        return v;
+    }
+    // Dict semantics: a key set again keeps its first position and takes the new value, as
+    // torch.load would see it (a hostile file may repeat a key to hide a tensor).
+    // `key_pos`, when tracing: where each pair's key was pushed (parallel to kv).
+    void set_items(Value* target, ValueSpan kv, const uint64_t* key_pos = nullptr) {
+        if (kv.size() % 2) fail("SETITEMS with an odd number of values");
+        if (target->kind == ValueKind::object || target->kind == ValueKind::global)
+            m_hooks.mutate(target, m_op, m_op_offset);
+        else if (target->kind != ValueKind::dict)
+            fail("SETITEM on a " + type_name(target));
+        check_size(target->entries.size() + kv.size());
+        for (size_t n = 0; n < kv.size(); n += 2) {
+            require_hashable(kv[n]);
+            adopt(target, kv[n]);
+            adopt(target, kv[n + 1]);
+            if (canonical_key(kv[n], m_key)) {
+                auto key_at = [&](size_t pos) -> std::string_view {
+                    canonical_key(target->entries[pos], m_key_at);
+                    return m_key_at;
+                };
+                auto [pos, fresh] = m_dict_index[target].insert(m_key, target->entries.size(), key_at);
+                if (!fresh) {
+                    target->entries.set(pos + 1, kv[n + 1]);
+                    if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
+                    continue;
+                }
+            }
+            if (key_pos) m_trace->key_sites.push_back({target, target->entries.size() / 2, kv[n], key_pos[n]});
+            m_arena.append(target->entries, kv[n]);
+            m_arena.append(target->entries, kv[n + 1]);
+        }
+    }
+    // A text that is equal for keys Python's dict treats as equal (1 == 1.0 == True), for the
+    // hashable scalars; false for keys compared by identity here.
+    static bool canonical_key(const Value* k, std::string& out) {
+        switch (k->kind) {
+            case ValueKind::string: out = "s"; out += k->s; return true;
+            case ValueKind::bytes: out = "b"; out += k->s; return true;
+            case ValueKind::none: out = "n"; return true;
+            case ValueKind::boolean:
+            case ValueKind::integer: out = "i" + std::to_string(k->i); return true;
+            case ValueKind::big_integer: out = "B"; out += k->s; return true;
+            case ValueKind::floating:
+                // The range first: a cast of a double outside int64's range is undefined
+                // (found by fuzz_pickle: a key of 1e300).
+                if (k->f > -9.2e18 && k->f < 9.2e18 && k->f == static_cast<double>(static_cast<int64_t>(k->f))) {
+                    out = "i" + std::to_string(static_cast<int64_t>(k->f));
+                    return true;
+                }
+                out = "f" + repr_float(k->f);
+                return true;
+            default: return false;
+        }
+    }
+    // A dict key or set item Python can hash: CPython raises TypeError on a list, dict, set or
+    // bytearray (a dict that contains itself as a key is one), so the VM fails where it fails.
+    void require_hashable(const Value* v) {
+        switch (v->kind) {
+            case ValueKind::list: case ValueKind::dict: case ValueKind::set: case ValueKind::bytearray:
+                fail("a " + type_name(v) + " used as a dict key or set item (unhashable: the unpickler raises TypeError)");
+            case ValueKind::tuple:
+                for (const Value* x : v->items) require_hashable(x);
+                return;
+            default: return;
+        }
+    }
+    void append_items(Value* target, ValueSpan items) {
+        if (target->kind == ValueKind::object || target->kind == ValueKind::global)
+            m_hooks.mutate(target, m_op, m_op_offset);
+        else if (target->kind != ValueKind::list)
+            fail("APPEND on a " + type_name(target));
+        check_size(target->items.size() + items.size());
+        for (Value* v : items) {
+            adopt(target, v);
+            m_arena.append(target->items, v);
+        }
+    }
+
+    ByteReader m_in;
+    ValueArena& m_arena;
+    PickleHooks& m_hooks;
+    const std::string& m_context;
+    PickleLimits m_limits;
+    std::vector<Value*> m_stack;
+    std::vector<size_t> m_marks;
+    std::unordered_map<uint64_t, Value*> m_memo;
+    std::vector<Value*> m_memo_dense;
+    uint64_t m_memo_count = 0;
+    std::unordered_map<const Value*, StringIndex> m_dict_index;  // dict → position of each key in entries
+    std::string m_key, m_key_at;  // canonical keys (scratch)
+    uint64_t m_op_offset = 0;
+    uint64_t m_op_pos = 0;                // m_op_offset within the pickle
+    uint8_t m_op = 0;                     // the opcode being run
+    uint64_t m_done = 0;                  // opcodes completed (PickleProgress)
+    PickleTrace* m_trace;
+    std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
+    std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
+    const Value* m_last_tuple = nullptr;  // tracing: the last MARK … TUPLE, and where its items came from
+    std::vector<uint64_t> m_last_tuple_pos;
+    const uint64_t* popped_pos() const { return m_trace ? m_popped_pos.data() : nullptr; }
+    Value* traced_get(Value* v) {
+        if (m_trace && (v->kind == ValueKind::string || v->kind == ValueKind::global))
+            m_trace->string_gets.push_back({v, m_op_pos});
+        return v;
+    }
+};
+
+PickleResult Machine::run() {
+    PickleResult result;
+    for (;; ++m_done) {
+        m_op_offset = m_in.file_offset();
+        m_op_pos = m_in.pos();
+        if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
+        uint8_t op = m_op = m_in.u8();
+        switch (op) {
+            case 0x80: result.protocol = m_in.u8(); if (result.protocol > 5) fail("unknown protocol " + std::to_string(result.protocol)); break;
+            case 0x95: {  // FRAME: the next N bytes must be there (Modules/_pickle.c reads them ahead)
+                uint64_t n = m_in.u64le();
+                if (n > m_in.remaining()) fail("FRAME of " + std::to_string(n) + " bytes runs past the end of the data");
+                if (m_trace) m_trace->frames.push_back(m_op_pos);
+                break;
+            }
+            case '.': {
+                result.root = pop();
+                result.end = m_in.pos();
+                ++m_done;
+                return result;
+            }
+            case '(':
+                if (m_marks.size() >= m_limits.max_stack) limit("too many MARKs");
+                m_marks.push_back(m_stack.size());
+                break;
+            case '0':
+                if (m_stack.size() > mark_base()) pop();
+                else pop_mark();
+                break;
+            case '1': pop_mark(); break;
+            case '2': push(top()); break;
+            case 'F': {
+                std::string text(m_in.line());
+                char* end = nullptr;
+                double d = std::strtod(text.c_str(), &end);
+                if (text.empty() || *end != '\0') fail("bad float literal");
+                Value* v = m_arena.make(ValueKind::floating, m_op_offset);
+                v->f = d;
+                push(v);
+                break;
+            }
+            case 'G': {
+                Value* v = m_arena.make(ValueKind::floating, m_op_offset);
+                v->f = m_in.f64be();
+                push(v);
+                break;
+            }
+            case 'I': push(parse_int_line(m_in.line())); break;
+            case 'L': push(parse_long_line(m_in.line())); break;
+            case 'J': push(m_arena.integer(m_in.i32le(), m_op_offset)); break;
+            case 'K': push(m_arena.integer(m_in.u8(), m_op_offset)); break;
+            case 'M': push(m_arena.integer(m_in.u16le(), m_op_offset)); break;
+            case 0x8a: push(make_int_bytes(m_in.bytes(m_in.u8()))); break;
+            case 0x8b: {
+                int32_t n = m_in.i32le();
+                if (n < 0) fail("LONG4 with a negative length");
+                push(make_int_bytes(m_in.bytes(static_cast<uint64_t>(n))));
+                break;
+            }
+            case 'S': {
+                Value* v = m_arena.make(ValueKind::string, m_op_offset);
+                v->s = unescape_string_literal(m_in.line());
+                push(v);
+                break;
+            }
+            case 'T': {
+                int32_t n = m_in.i32le();
+                if (n < 0) fail("BINSTRING with a negative length");
+                push(make_string(ValueKind::string, m_in.bytes(static_cast<uint64_t>(n))));
+                break;
+            }
+            case 'U': push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
+            case 'V': {
+                Value* v = m_arena.make(ValueKind::string, m_op_offset);
+                v->s = unescape_raw_unicode(m_in.line());
+                push(v);
+                break;
+            }
+            case 'X': push(make_string(ValueKind::string, m_in.bytes(m_in.u32le()))); break;
+            case 0x8c: push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
+            case 0x8d: push(make_string(ValueKind::string, m_in.bytes(m_in.u64le()))); break;
+            case 'B': push(make_string(ValueKind::bytes, m_in.bytes(m_in.u32le()))); break;
+            case 'C': push(make_string(ValueKind::bytes, m_in.bytes(m_in.u8()))); break;
+            case 0x8e: push(make_string(ValueKind::bytes, m_in.bytes(m_in.u64le()))); break;
+            case 0x96: push(make_string(ValueKind::bytearray, m_in.bytes(m_in.u64le()))); break;
+            case 0x97:
+            case 0x98:
+                throw Error(ErrorKind::unsupported, "",
+                            m_context + ": out-of-band buffers (pickle protocol 5) are not read",
+                            m_op_offset);
+            case 'N': push(m_arena.none()); break;
+            case 0x88: push(m_arena.boolean(true)); break;
+            case 0x89: push(m_arena.boolean(false)); break;
+            case ')': push(m_arena.empty_tuple()); break;
+            case 't': {
+                Value* t = make_seq(ValueKind::tuple, pop_mark());
+                if (m_trace) {
+                    m_last_tuple = t;
+                    m_last_tuple_pos = m_popped_pos;
+                }
+                push(t);
+                break;
+            }
+            case 0x85: case 0x86: case 0x87: {  // TUPLE1-3
+                Value* abc[3];
+                size_t n = op - 0x84u;
+                for (size_t k = n; k-- > 0;) abc[k] = pop();
+                push(make_seq(ValueKind::tuple, {abc, n}));
+                break;
+            }
+            case ']': push(make_seq(ValueKind::list, ValueSpan())); break;
+            case 'l': push(make_seq(ValueKind::list, pop_mark())); break;
+            case '}': push(m_arena.make(ValueKind::dict, m_op_offset)); break;
+            case 'd': {
+                ValueSpan kv = pop_mark();
+                Value* d = m_arena.make(ValueKind::dict, m_op_offset);
+                set_items(d, kv, popped_pos());
+                push(d);
+                break;
+            }
+            case 0x8f: push(make_seq(ValueKind::set, ValueSpan())); break;
+            case 0x91: {
+                ValueSpan items = pop_mark();
+                for (Value* v : items) require_hashable(v);
+                push(make_seq(ValueKind::frozenset, items));
+                break;
+            }
+            case 0x90: {
+                ValueSpan items = pop_mark();
+                Value* s = top();
+                if (s->kind == ValueKind::global || s->kind == ValueKind::object) m_hooks.mutate(s, op, m_op_offset);
+                else if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
+                check_size(s->items.size() + items.size());
+                for (Value* v : items) {
+                    require_hashable(v);
+                    adopt(s, v);
+                }
+                m_arena.append(s->items, items);
+                break;
+            }
+            case 'a': { Value* v = pop(); append_items(top(), {&v, 1}); break; }
+            case 'e': { ValueSpan items = pop_mark(); append_items(top(), items); break; }
+            case 's': {
+                Value* v = pop();
+                uint64_t key_pos[2] = {m_trace && !m_push_pos.empty() ? m_push_pos.back() : 0, 0};
+                Value* kv[2] = {pop(), v};
+                set_items(top(), {kv, 2}, m_trace ? key_pos : nullptr);
+                break;
+            }
+            case 'u': { ValueSpan kv = pop_mark(); set_items(top(), kv, popped_pos()); break; }
+            case 'c': {
+                std::string_view module = m_in.line();
+                std::string_view name = m_in.line();
+                push(make_global(module, name));
+                break;
+            }
+            case 0x93: {
+                if (m_trace && m_stack.size() > mark_base())
+                    m_trace->stack_globals.push_back({m_op_pos, m_push_pos.back(), m_stack.back()});
+                Value* name = pop();
+                Value* module = pop();
+                bool strings = module->kind == ValueKind::string && name->kind == ValueKind::string;
+                Value* v = strings ? make_global(module->s, name->s) : m_hooks.computed_global(module, name, m_op_offset);
+                if (!v) fail("STACK_GLOBAL needs two strings");
+                push(v);
+                break;
+            }
+            case 'i': {
+                std::string_view module = m_in.line();
+                std::string_view name = m_in.line();
+                Value* cls = make_global(module, name);
+                Value* args = make_seq(ValueKind::tuple, pop_mark());
+                push(make_object(MakeHow::inst, cls, args, nullptr));
+                break;
+            }
+            case 'o': {
+                ValueSpan items = pop_mark();
+                if (items.empty()) fail("OBJ without a class");
+                Value* cls = items.front();
+                Value* args = make_seq(ValueKind::tuple, {items.begin() + 1, items.size() - 1});
+                push(make_object(MakeHow::obj, cls, args, nullptr));
+                break;
+            }
+            case 'R': {
+                Value* args = pop();
+                Value* callable = pop();
+                if (args->kind != ValueKind::tuple) fail("REDUCE arguments are not a tuple");
+                push(make_object(MakeHow::reduce, callable, args, nullptr));
+                break;
+            }
+            case 0x81: {
+                Value* args = pop();
+                Value* cls = pop();
+                if (args->kind != ValueKind::tuple) fail("NEWOBJ arguments are not a tuple");
+                push(make_object(MakeHow::newobj, cls, args, nullptr));
+                break;
+            }
+            case 0x92: {
+                Value* kwargs = pop();
+                Value* args = pop();
+                Value* cls = pop();
+                if (args->kind != ValueKind::tuple || kwargs->kind != ValueKind::dict)
+                    fail("NEWOBJ_EX needs a tuple and a dict");
+                push(make_object(MakeHow::newobj_ex, cls, args, kwargs));
+                break;
+            }
+            case 'b': {
+                Value* state = pop();
+                Value* target = top();
+                if (target->kind == ValueKind::none || target->kind == ValueKind::boolean ||
+                    target->kind == ValueKind::integer || target->kind == ValueKind::tuple)
+                    fail("BUILD on a " + type_name(target));
+                if (target->kind == ValueKind::global || target->kind == ValueKind::object)
+                    m_hooks.mutate(target, op, m_op_offset);
+                adopt(target, state);
+                if (target->state && target->state->kind == ValueKind::dict &&
+                    state->kind == ValueKind::dict) {
+                    set_items(target->state, state->entries);
+                } else {
+                    target->state = state;
+                }
+                break;
+            }
+            case 'p': memo_put(parse_index_line(m_in.line())); break;
+            case 'q': memo_put(m_in.u8()); break;
+            case 'r': memo_put(m_in.u32le()); break;
+            case 0x94: memo_put(m_memo_count); break;  // MEMOIZE: index = len(memo)
+            case 'g': push(traced_get(memo_get(parse_index_line(m_in.line())))); break;
+            case 'h': push(traced_get(memo_get(m_in.u8()))); break;
+            case 'j': push(traced_get(memo_get(m_in.u32le()))); break;
+            case 'P': {
+                Value* pid = m_arena.make(ValueKind::string, m_op_offset);
+                pid->s = m_in.line();
+                push(m_hooks.persistent_load(pid, m_op_offset));
+                break;
+            }
+            case 'Q': {
+                Value* pid = pop();
+                if (m_trace && pid == m_last_tuple && m_last_tuple_pos.size() >= 2)
+                    m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1], m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0});
+                push(m_hooks.persistent_load(pid, m_op_offset));
+                break;
+            }
+            case 0x82: case 0x83: case 0x84: {
+                uint32_t code = op == 0x82 ? m_in.u8() : op == 0x83 ? m_in.u16le() : m_in.u32le();
+                if (code == 0) fail("extension code 0");  // CPython: "EXT specifies code <= 0"
+                Value* v = m_hooks.extension(code, m_op_offset);
+                if (!v)
+                    throw Error(ErrorKind::unsupported, "",
+                                m_context + ": extension registry codes (EXT1/2/4) are not read", m_op_offset);
+                push(v);
+                break;
+            }
+            default: {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "0x%02x", op);
+                fail(std::string("unknown opcode ") + buf);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
+                        const std::string& context, uint64_t base, PickleLimits limits,
+                        PickleTrace* trace, PickleProgress* progress) {
+    Machine m(data, arena, hooks, context, base, limits, trace);
+    try {
+        PickleResult r = m.run();
+        if (progress) progress->opcodes = m.done();
+        return r;
+    } catch (...) {
+        if (progress) progress->opcodes = m.done();
+        throw;
+    }
+}
+
+uint64_t traced_opcode_length(ByteView pickle, uint64_t pos) { return pickle_ops::length(pickle, pos); }
+
+}  // namespace ckpt

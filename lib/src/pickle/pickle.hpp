@@ -1,0 +1,101 @@
+// A restricted pickle virtual machine: it runs the opcodes of protocols 0-5 and calls nothing.
+// GLOBAL/STACK_GLOBAL push inert global values; REDUCE, NEWOBJ and friends ask the hooks whether they
+// know the callable (a torch rebuild function, OrderedDict …) and otherwise build an opaque object that
+// keeps its class, arguments and state. Caps on depth, memo and sizes turn hostile input into an Error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/bytes.hpp"
+#include "ckpt/pickle_limits.hpp"
+#include "ckpt/value.hpp"
+
+namespace ckpt {
+
+// What the VM asks of the layer that knows the meaning of globals. Each hook returns the value to push,
+// or nullptr for "not mine" (the VM then builds an opaque object or fails, as the hook says).
+class PickleHooks {
+public:
+    virtual ~PickleHooks() = default;
+    // A GLOBAL, INST or STACK_GLOBAL (module already mapped to its Python 3 name; `written` is the
+    // module as the pickle wrote it). Returns the value to push: the arena global `g` itself,
+    // possibly retyped in place (a dtype); `g` is new, nothing refers to it.
+    virtual Value* global(Value* g, std::string_view written) { (void)written; return g; }
+    // REDUCE / NEWOBJ of `callable` with `args` (a tuple). `made` is the opaque object the VM built for
+    // it, new, so nothing refers to it yet; return the typed value to push instead (which may be
+    // `made` itself, retyped in place), or nullptr to push `made` as it is.
+    virtual Value* reduce(Value* made) { (void)made; return nullptr; }
+    // BINPERSID / PERSID. Return the value to push; the default refuses.
+    virtual Value* persistent_load(Value* pid, uint64_t offset);
+
+    // What a real unpickler does and a checkpoint never needs; the scanner records it and goes on.
+    // STACK_GLOBAL whose operands are not two strings: the value to push, or nullptr to fail as
+    // CPython fails ("STACK_GLOBAL requires str"), which is the default.
+    virtual Value* computed_global(Value* module, Value* name, uint64_t offset) {
+        (void)module, (void)name, (void)offset;
+        return nullptr;
+    }
+    // EXT1/2/4 (copyreg's extension registry): the value to push, or nullptr to refuse (the default).
+    virtual Value* extension(uint32_t code, uint64_t offset) { (void)code, (void)offset; return nullptr; }
+    // BUILD, SETITEM(S), APPEND(S) or ADDITEMS (`opcode`) on a global or an opaque object, which a
+    // real unpickler does through the target's own methods (__setstate__, __setitem__, append …).
+    virtual void mutate(Value* target, uint8_t opcode, uint64_t offset) { (void)target, (void)opcode, (void)offset; }
+};
+
+// Where things came from in the pickle's bytes, for writers that patch a pickle instead of
+// re-serialising it (strip-prefix renames keys and leaves every other byte as it was). Positions are
+// offsets from the start of the pickle data. Off by default: inspect pays nothing for it.
+struct PickleTrace {
+    struct KeySite {
+        const Value* dict;  // the dict (or object) that received the item
+        size_t entry;       // index of the entry it set (a repeated key sets its first entry again)
+        const Value* key;   // the key as pushed
+        uint64_t pos;       // the opcode that pushed the key
+    };
+    struct StringGet {
+        const Value* value;  // the string (or global) a GET fetched from the memo
+        uint64_t pos;        // the GET opcode
+    };
+    struct PersistentIdSite {
+        const Value* pid;    // the tuple a BINPERSID consumed (torch: 'storage', class, key, location, numel)
+        uint64_t type_pos;   // the opcode that pushed its second element (the storage class)
+        uint64_t view_pos;   // legacy 6-tuples: the opcode that pushed the sixth (view metadata), else 0
+    };
+    struct StackGlobal {
+        uint64_t pos;       // the STACK_GLOBAL opcode
+        uint64_t name_pos;  // the opcode that pushed its name string
+        const Value* name;  // that string
+    };
+    std::vector<KeySite> key_sites;   // SETITEM, SETITEMS and DICT, in execution order
+    std::vector<StringGet> string_gets;  // GETs of strings and of globals
+    std::vector<PersistentIdSite> persistent_ids;  // BINPERSIDs of a tuple built just before
+    std::vector<StackGlobal> stack_globals;
+    std::vector<uint64_t> frames;     // FRAME opcodes (9 bytes each)
+};
+
+struct PickleResult {
+    Value* root = nullptr;
+    uint8_t protocol = 0;     // from PROTO, 0 when absent
+    uint64_t end = 0;         // bytes consumed (up to and including STOP)
+};
+
+// How far the VM got, filled in also when it throws: a scanner that catches the Error learns how
+// many opcodes a real unpickler would have run before the same fault (0: the very first opcode could
+// not be read, so the data is no pickle at all).
+struct PickleProgress {
+    uint64_t opcodes = 0;  // opcodes completed
+};
+
+// Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and
+// `context` names it in errors ("data.pkl").
+PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
+                        const std::string& context, uint64_t base = 0, PickleLimits limits = {},
+                        PickleTrace* trace = nullptr, PickleProgress* progress = nullptr);
+
+// Length in bytes of the opcode (with its argument) at `pos` of a pickle (the opcodes a trace points
+// at: string pushes, GLOBAL, GETs, PUTs, MEMOIZE, FRAME). 0 when it is no opcode or is truncated.
+uint64_t traced_opcode_length(ByteView pickle, uint64_t pos);
+
+}  // namespace ckpt

@@ -1,0 +1,215 @@
+#include "ckpt/report.hpp"
+
+#include "ckpt/error.hpp"
+#include "io/mapped_file.hpp"
+
+#include <cctype>
+#include <cstdio>
+#include <ostream>
+#include <string_view>
+
+#ifndef CKPT_VERSION
+#define CKPT_VERSION "0.0.0"
+#endif
+
+namespace ckpt {
+
+const char* tool_version() { return CKPT_VERSION; }
+
+nlohmann::json tool_json() { return {{"name", "ckpt-tool"}, {"version", tool_version()}}; }
+
+nlohmann::json report_head(const char* command) {
+    nlohmann::json j;
+    j["schema_version"] = k_schema_version;
+    j["tool"] = tool_json();
+    j["command"] = command;
+    return j;
+}
+
+std::string human_bytes(uint64_t bytes) {
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (bytes < 1024) return std::to_string(bytes) + " B";
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+std::string human_count(uint64_t n) {
+    char buf[32];
+    if (n < 10'000) return std::to_string(n);
+    if (n < 1'000'000) std::snprintf(buf, sizeof buf, "%.1f K", n / 1e3);
+    else if (n < 1'000'000'000) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+    else std::snprintf(buf, sizeof buf, "%.2f G", n / 1e9);
+    return buf;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    if (shape.empty()) return "()";
+    std::string s;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += "×";
+        s += std::to_string(shape[i]);
+    }
+    return s;
+}
+
+std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t) {
+    if (t.nested()) {
+        std::string s = t.layout == Layout::jagged ? "jagged " : "nested ";
+        auto shapes = c.component_shapes(t);
+        if (shapes.empty()) return s + "(components unread)";
+        for (size_t i = 0; i < shapes.size() && i < 4; ++i) s += (i ? ", " : "") + shape_text(shapes[i]);
+        if (shapes.size() > 4) s += ", … (" + std::to_string(shapes.size()) + ")";
+        return s;
+    }
+    std::string s = shape_text(t.shape);
+    if (t.layout != Layout::strided) s += std::string(" ") + layout_name(t.layout);
+    if (t.no_data) s += " " + (t.extra ? t.extra->device : std::string("meta"));
+    if (t.quantized()) s += " " + std::string(t.extra->qscheme);
+    return s;
+}
+
+void append_new_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {
+    if (!object.is_object()) object = nlohmann::ordered_json::object();
+    auto& members = object.get_ref<nlohmann::ordered_json::object_t&>();
+    // ordered_map is a vector of pairs: its own emplace searches, the vector's appends.
+    using Base = std::vector<std::pair<const std::string, nlohmann::ordered_json>>;
+    static_cast<Base&>(members).emplace_back(std::move(key), std::move(value));
+}
+
+void append_json_string(std::string& out, std::string_view s, bool replace_invalid) {
+    bool plain = true;
+    for (unsigned char ch : s) plain = plain && ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    if (plain) {
+        out += '"';
+        out += s;
+        out += '"';
+        return;
+    }
+    out += nlohmann::json(std::string(s)).dump(-1, ' ', false,
+                                               replace_invalid ? nlohmann::json::error_handler_t::replace
+                                                               : nlohmann::json::error_handler_t::strict);
+}
+
+std::string json_string_or(const nlohmann::json& j, const char* name, std::string fallback) {
+    if (!j.is_object()) return fallback;
+    auto it = j.find(name);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+std::optional<ByteView> json_text(ByteView v) {
+    uint64_t i = 0;
+    if (v.size >= 3 && v.data[0] == 0xef && v.data[1] == 0xbb && v.data[2] == 0xbf) i = 3;
+    while (i < v.size && (v.data[i] == ' ' || v.data[i] == '\n' || v.data[i] == '\r' || v.data[i] == '\t')) ++i;
+    if (i >= v.size || (v.data[i] != '{' && v.data[i] != '[')) return std::nullopt;
+    return ByteView{v.data + i, v.size - i};
+}
+
+void json_parse_failed(const std::string& path, uint64_t byte, bool number_out_of_range) {
+    if (number_out_of_range) throw Error(ErrorKind::format, path, "looks like JSON but holds a number out of range");
+    throw Error(ErrorKind::format, path, "looks like JSON but does not parse (byte " + std::to_string(byte) + ")");
+}
+
+std::optional<nlohmann::json> read_json_file(const std::string& path) {
+    MappedFile f(path);
+    std::optional<ByteView> v = json_text(f.view());
+    if (!v) return std::nullopt;
+    try {
+        return nlohmann::json::parse(v->data, v->data + v->size);
+    } catch (const nlohmann::json::parse_error& e) {
+        json_parse_failed(path, e.byte, false);
+    } catch (const nlohmann::json::exception&) {
+        json_parse_failed(path, 0, true);  // out_of_range.406: a number too large for a double (fuzz_safetensors)
+    }
+}
+
+std::string shell_quote(const std::string& s) {
+    bool plain = !s.empty();
+    for (char ch : s)
+        plain = plain && (isalnum(static_cast<unsigned char>(ch)) ||
+                          std::string_view("._-/+=:,@").find(ch) != std::string_view::npos);
+    if (plain) return s;
+    std::string out = "'";
+    for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+namespace {
+std::string repaired_path(const std::string& path) {
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    size_t dot = base.rfind('.');
+    std::string stem = dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+    std::string ext = dot == std::string::npos || dot == 0 ? "" : base.substr(dot);
+    return dir + stem + "_stripped" + ext;
+}
+}  // namespace
+
+std::string strip_prefix_command(const std::string& file, const std::string& state_dict_path,
+                                 const std::vector<std::string>& strip, const std::string& add) {
+    std::string cmd = "ckpt-tool strip-prefix " + shell_quote(file);
+    if (!state_dict_path.empty()) cmd += " --state-dict-key " + shell_quote(state_dict_path);
+    for (const auto& p : strip) cmd += " --prefix " + shell_quote(p);
+    if (!add.empty()) cmd += " --add-prefix " + shell_quote(add);
+    return cmd + " -o " + shell_quote(repaired_path(file));
+}
+
+std::string github_escape(std::string_view s, bool property) {
+    std::string out;
+    out.reserve(s.size());
+    for (char ch : s) {
+        if (ch == '%') out += "%25";
+        else if (ch == '\r') out += "%0D";
+        else if (ch == '\n') out += "%0A";
+        else if (property && ch == ':') out += "%3A";
+        else if (property && ch == ',') out += "%2C";
+        else out += ch;
+    }
+    return out;
+}
+
+std::string github_command(const Annotation& a) {
+    std::string cmd = "::" + a.level;
+    const char* sep = " ";
+    for (const auto& [name, value] : {std::pair{"file", &a.file}, std::pair{"title", &a.title}}) {
+        if (value->empty()) continue;
+        cmd += sep + std::string(name) + "=" + github_escape(*value, true);
+        sep = ",";
+    }
+    return cmd + "::" + github_escape(a.message, false);
+}
+
+void render_github(const std::vector<Annotation>& annotations, const std::string& command, std::ostream& out, size_t cap) {
+    auto finding = [](const Annotation& a) { return a.level == "error" || a.level == "warning"; };
+    size_t errors = 0, warnings = 0, left_out = 0;
+    for (size_t i = 0; i < annotations.size(); ++i) {
+        errors += annotations[i].level == "error";
+        warnings += annotations[i].level == "warning";
+        if (i < cap) out << github_command(annotations[i]) << "\n";
+        else left_out += finding(annotations[i]);
+    }
+    auto count = [](size_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+    if (left_out) {
+        std::string file = annotations[cap].file;
+        for (size_t i = cap; i < annotations.size(); ++i)
+            if (annotations[i].file != file) file.clear();
+        out << github_command({"warning", file, "ckpt-tool: more findings",
+                               count(left_out, "more finding") + " not annotated (at most " + std::to_string(cap) +
+                                   " annotations a run): run ckpt-tool " + command + " with --json for all"})
+            << "\n";
+    }
+    out << "ckpt-tool " << command << ": ";
+    if (!errors && !warnings) out << "no findings";
+    else out << count(errors, "error") << ", " << count(warnings, "warning");
+    if (left_out) out << ", " << left_out << " not annotated (--json lists all)";
+    out << "\n";
+}
+
+}  // namespace ckpt
