@@ -56,8 +56,8 @@ private:
 void commit_set(const std::vector<std::unique_ptr<AtomicFile>>& files, AtomicFile* index, bool replace);
 
 // An output is fsynced before it is renamed into place, and for a large file that fsync is most of
-// the cost (1 GiB: ~3 s of writeback after 0.5 s of copying). Telling the kernel to start writing
-// each 32 MiB stretch as soon as it is complete overlaps the two; the fsync then waits for the tail.
+// the cost (docs/performance.md). Telling the kernel to start writing each 32 MiB stretch as soon as
+// it is complete overlaps the two; the fsync then waits for the tail.
 class WritebackHint {
 public:
     explicit WritebackHint(int fd) : m_fd(fd) {}

@@ -113,10 +113,9 @@ struct Value {
 };
 
 // Values, their child lists and the strings they own, in blocks that never move: a value costs no
-// allocation of its own (a std::deque<Value> allocated every second value: 13% of inspect on 100,000
-// tensors), and nothing in a Value needs a destructor, so dropping the arena frees blocks only.
-// Blocks grow to 2 MiB, aligned and advised as huge pages: on 100,000 tensors the arena is ~125 MiB,
-// and faulting it in 4 KiB pages was a third of inspect's time (system time).
+// allocation of its own, and nothing in a Value needs a destructor, so dropping the arena frees
+// blocks only. Blocks grow to 2 MiB, aligned and advised as huge pages, which fault in faster than
+// 4 KiB pages (what this cost before: docs/performance.md, "What the code's shape rests on").
 class ValueArena {
 public:
     explicit ValueArena(uint64_t max_values = 20'000'000);
@@ -157,9 +156,7 @@ private:
     using Block = std::unique_ptr<void, FreeBlock>;
     // A block of at least `bytes`, which it sets to the block's size: from 512 KiB up, a mapping of its
     // own in 2 MiB-aligned huge pages, returned to the kernel when freed (from malloc, a checkpoint
-    // freed before the next is opened, as the writers do, left its blocks in the heap: strip-prefix
-    // of 100,000 tensors peaked 130 MiB higher). On the bench VM a fresh page costs far more than
-    // anything done with it: 3 ms per MiB touched in 4 KiB pages, 1.1–1.5 ms in huge pages.
+    // freed before the next is opened, as the writers do, left its blocks in the heap).
     static Block new_block(size_t& bytes);
     // new_block, or for a huge page, the one made ahead when it is ready.
     Block block(size_t& bytes);

@@ -1,9 +1,8 @@
 // A set of names, each mapped to a position in the caller's own table (zip records, entries,
 // storages). Open addressing over (hash, position) pairs: the index holds no copy of a name and
 // allocates once per doubling, where std::unordered_map<std::string, size_t> allocates a node and
-// a string per name and chases a pointer per probe (measured: 35% of inspect on 100,000 tensors
-// went to such maps). Names are read back from the caller's table only to confirm a hash match,
-// so the table may grow and move between calls.
+// a string per name and chases a pointer per probe. Names are read back from the caller's table
+// only to confirm a hash match, so the table may grow and move between calls.
 #pragma once
 
 #include <cstddef>

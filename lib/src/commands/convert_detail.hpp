@@ -46,7 +46,7 @@ std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const Atomi
 // get() (a failed write) stops the scan at its next 64 MiB. With `start` false nothing runs until
 // get(), which then scans in this thread. Computed once, however many shards ask.
 // A merged view (records gathered from pieces of other files) is not scanned in a thread: gathering
-// every record twice cost more than the hashing (1 GiB ZeRO-2: 1.9 s against 1.3 s). Its writer
+// every record twice cost more than the hashing. Its writer
 // hands each gathered record to offer() instead, and get() reads only what was not offered.
 class SourceHashes {
 public:

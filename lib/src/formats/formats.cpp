@@ -6,6 +6,7 @@
 #include "formats/safetensors.hpp"
 #include "formats/format.hpp"
 #include "model/model_builder.hpp"
+#include "pickle/pickle_ops.hpp"
 
 namespace ckpt {
 
@@ -35,7 +36,7 @@ void reject_other_formats(ByteView file) {
     if (file.size == 0) throw Error(ErrorKind::format, "", "empty file (0 bytes): not a checkpoint");
     if (file.size >= 265 && std::string_view(reinterpret_cast<const char*>(file.data) + 257, 5) == "ustar")
         throw Error(ErrorKind::unsupported, "", "tar-format torch checkpoint (torch < 0.4) is not supported");
-    if (file.data[0] == 0x80)
+    if (file.data[0] == pickle_ops::PROTO)
         throw Error(ErrorKind::format, "", "a bare pickle, not a torch.save checkpoint");
     throw Error(ErrorKind::format, "", "not a PyTorch checkpoint (no zip archive, no known format)");
 }

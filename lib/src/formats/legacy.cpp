@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "formats/format.hpp"
+#include "pickle/pickle_ops.hpp"
 #include "ckpt/bytes.hpp"
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
@@ -33,10 +34,10 @@ bool sniff_legacy(ByteView file) {
     constexpr std::string_view k_text_magic = "L119547037146038801333356L\n";
     if (file.size >= k_text_magic.size() && std::memcmp(file.data, k_text_magic.data(), k_text_magic.size()) == 0) return true;
     // PROTO 2..5, an optional FRAME, then LONG1 of the 10-byte magic number.
-    if (file.size < 14 || file.data[0] != 0x80 || file.data[1] < 2 || file.data[1] > 5) return false;
+    if (file.size < 14 || !pickle_ops::proto_start(file, 2)) return false;
     uint64_t at = 2;
-    if (file.data[at] == 0x95) at += 9;
-    return file.size >= at + 12 && file.data[at] == 0x8a && file.data[at + 1] == 10 &&
+    if (file.data[at] == pickle_ops::FRAME) at += 9;
+    return file.size >= at + 12 && file.data[at] == pickle_ops::LONG1 && file.data[at + 1] == 10 &&
            std::memcmp(file.data + at + 2, k_magic, sizeof k_magic) == 0;
 }
 

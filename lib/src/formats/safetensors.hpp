@@ -47,7 +47,7 @@ SafetensorsHeader read_safetensors(ByteView file);
 // dump() lays it out (the reference library reads it, and strip-prefix and convert write it alike):
 // __metadata__ first when there is one, then each tensor in the order added, padded with spaces to
 // a multiple of 8 bytes. The data buffer follows at bytes().size(). Built as text, not as a JSON
-// document: 100,000 tensors held some 60 MiB of nodes that way.
+// document of a node per value.
 class SafetensorsHeaderWriter {
 public:
     // `metadata`: __metadata__'s members in order (a key given again keeps its first place and takes

@@ -71,7 +71,7 @@ public:
     uint64_t data_offset(const ZipEntry& entry) const;
     // The same, reading the header with pread from `fd` (the file this archive maps): a writer that
     // visits every record then reads ~30+name bytes of each instead of faulting in the 64 KiB the
-    // kernel maps around every touched page (2,000 records: 125 MiB of RSS).
+    // kernel maps around every touched page.
     uint64_t data_offset(const ZipEntry& entry, int fd) const;
     // The record's bytes, inflated if needed (and checked against the size in the directory).
     RecordData record_data(const ZipEntry& entry) const;

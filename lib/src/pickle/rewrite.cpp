@@ -9,6 +9,7 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "pickle/pickle.hpp"
+#include "pickle/pickle_ops.hpp"
 #include "io/zip.hpp"
 #include "io/zip_writer.hpp"
 #include "base/text_util.hpp"
@@ -123,9 +124,9 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
             continue;
         }
         if (want == was) continue;
-        if (op == 'c') {
+        if (op == pickle_ops::GLOBAL) {
             edits.push_back({s.pos, traced_opcode_length(pk, s.pos), global_opcode(want)});
-        } else if (op == 0x93 && stack_global_at.count(s.pos)) {
+        } else if (op == pickle_ops::STACK_GLOBAL && stack_global_at.count(s.pos)) {
             const auto* g = stack_global_at.at(s.pos);
             if (want.substr(0, want.rfind('.')) != std::string(s.cls->s)) cannot(s.pos, "a storage class of another module");
             uint64_t len = traced_opcode_length(pk, g->name_pos);
