@@ -31,8 +31,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.dont_write_bytecode = True  # no bench/__pycache__ from the import below
 sys.path.insert(0, HERE)
-from inspect_bench import Launcher  # noqa: E402
+from benchlib import Launcher, remove_output, warm_page_cache  # noqa: E402
 
 PY = "/usr/bin/python3"
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -142,13 +143,6 @@ def data_files(folder, layout):
     return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith("optim_states.pt"))
 
 
-def warm(paths):
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(64 << 20):
-                pass
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", default=os.path.join(ROOT, "build", "ckpt-tool"))
@@ -178,8 +172,7 @@ def main():
         }
         # once, untimed: the tool's output equals the Python route's
         for p in (out_pth, out_py):
-            if os.path.exists(p):
-                os.remove(p)
+            remove_output(p, sync=False)
         for k in ("pth", "python"):
             r = launcher.run(rows[k])
             if r["rc"] != 0:
@@ -192,10 +185,10 @@ def main():
         for _ in range(args.runs):
             for k, argv in rows.items():
                 for p in (out_pth, out_st, out_py, out_floor, out_st + ".index.json"):
-                    if os.path.exists(p):
-                        os.remove(p)
+                    remove_output(p, sync=False)
                 os.sync()
-                warm(files)
+                for p in files:
+                    warm_page_cache(p)
                 r = launcher.run(argv)
                 if r["rc"] != 0:
                     sys.exit("%s %s failed: %s" % (layout, k, r["stderr"]))

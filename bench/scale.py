@@ -17,30 +17,15 @@ import os
 import platform
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ in the tree from the imports below
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import benchlib  # noqa: E402
 from test_zip64 import write_sparse_checkpoint  # noqa: E402
 
 TENSOR = (32768, 32768)  # 4 GiB of float32
-
-
-def mem_total():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def timed(argv):
-    """(seconds, peak RSS in bytes, exit code) of one run, through GNU time."""
-    t0 = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], capture_output=True, text=True)
-    took = time.monotonic() - t0
-    rss = int(p.stderr.strip().splitlines()[-1]) * 1024
-    return took, rss, p.returncode
 
 
 def main():
@@ -49,7 +34,8 @@ def main():
     ap.add_argument("--gib", type=float, default=None)
     ap.add_argument("--dir", default=os.path.join(HERE, "out"))
     args = ap.parse_args()
-    mem = mem_total()
+    mem = (benchlib.mem_total_kib() or 0) * 1024
+    launcher = benchlib.Launcher()
     gib = args.gib or 1.25 * mem / 2**30
     n = max(1, int(gib // 4 + (1 if gib % 4 else 0)))
     os.makedirs(args.dir, exist_ok=True)
@@ -76,7 +62,8 @@ def main():
     print("| command | time | peak RSS | exit |")
     print("| --- | --- | --- | --- |")
     for name, argv in runs:
-        took, rss, rc = timed(argv)
+        s = launcher.run(argv)  # wall time, and peak RSS through GNU time
+        took, rss, rc = s["wall_s"], s["maxrss_kib"] * 1024, s["rc"]
         rate = " (%.2f GiB/s)" % (size / 2**30 / took) if took >= 1 else ""  # only where bytes are read
         print("| %s | %.2f s%s | %.0f MiB | %d |" % (name, took, rate, rss / 2**20, rc))
     for f in (plain, st):
