@@ -12,6 +12,7 @@
 #include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "fuzz_support.hpp"
 
 namespace {

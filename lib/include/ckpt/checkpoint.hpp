@@ -285,6 +285,12 @@ private:
     std::unique_ptr<Contents> m;
 };
 
+// {64, 3, 7, 7} → "64×3×7×7"; {} → "()"
+std::string shape_text(const std::vector<int64_t>& shape);
+// A tensor's shape as reports and messages show it: "4×4 sparse_coo", "3×4 meta", "nested 2×3, 4×3",
+// "8 qint8 per_tensor_affine".
+std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t);
+
 // True for what Checkpoint::open reads as a sharded checkpoint: a *.index.json, or a directory.
 bool is_sharded_index(const std::string& path);
 

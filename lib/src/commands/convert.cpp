@@ -17,6 +17,7 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "stats/torch_backend.hpp"
 #include "io/zip.hpp"
 #include "commands/convert_detail.hpp"

@@ -8,7 +8,7 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "pickle/pickle_writer.hpp"
-#include "pickle/rewrite.hpp"
+#include "formats/rewrite.hpp"
 #include "stats/torch_backend.hpp"
 #include "ckpt/value.hpp"
 #include "io/zip.hpp"

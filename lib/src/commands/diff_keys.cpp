@@ -12,6 +12,7 @@
 #include "model/keys.hpp"
 #include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "stats/torch_backend.hpp"
 
 namespace ckpt {

@@ -14,7 +14,7 @@
 #include "formats/safetensors.hpp"
 #include "io/zip.hpp"
 #include "pickle/pickle_ops.hpp"
-#include "pickle/pickle_scan.hpp"
+#include "commands/pickle_scan.hpp"
 
 namespace ckpt {
 

@@ -1,5 +1,5 @@
 #include "formats/dist.hpp"
-#include "ckpt/report.hpp"
+#include "io/json.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>

@@ -11,7 +11,7 @@
 #include "model/model_builder.hpp"
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
-#include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "io/zip.hpp"
 
 namespace ckpt {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/error.hpp"
-#include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "formats/format.hpp"
 
 namespace ckpt {

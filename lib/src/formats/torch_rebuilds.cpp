@@ -13,7 +13,8 @@ namespace {
 using torch_values::int_tuple;
 using torch_values::is_int;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+// [2, 3]: as torch prints a size in its messages
+std::string int_list_text(const std::vector<int64_t>& shape) {
     std::string out = "[";
     for (size_t n = 0; n < shape.size(); ++n) out.append(n ? ", " : "").append(std::to_string(shape[n]));
     return out + "]";
@@ -147,8 +148,8 @@ Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, const Valu
         const TensorInfo& ix = m_tensors[e->parts[0].tensor];
         if (ix.shape.size() != 2 || values.shape.empty() || ix.shape[1] != values.shape[0] ||
             static_cast<size_t>(ix.shape[0]) + values.shape.size() - 1 != t.shape.size())
-            bad(made, what + ": indices " + shape_text(ix.shape) + " and values " + shape_text(values.shape) + " do not make a tensor of " +
-                          shape_text(t.shape));
+            bad(made, what + ": indices " + int_list_text(ix.shape) + " and values " + int_list_text(values.shape) + " do not make a tensor of " +
+                          int_list_text(t.shape));
     }
     if (values.numel > t.numel && coo && d.size() == 4 && d[3]->kind == ValueKind::boolean && d[3]->i)
         bad(made, what + ": a coalesced tensor with more values than elements");
@@ -209,7 +210,7 @@ Value* TorchHooks::rebuild_jagged(Value* made, const Value* kw) {
     int64_t ragged = 1;
     if (const Value* r = kw->get("_ragged_idx"); r && is_int(r)) ragged = r->i;
     if (ragged < 1 || static_cast<size_t>(ragged) > v.shape.size())
-        bad(made, what + ": ragged dimension " + std::to_string(ragged) + " does not fit values of " + shape_text(v.shape));
+        bad(made, what + ": ragged dimension " + std::to_string(ragged) + " does not fit values of " + int_list_text(v.shape));
     e->axis = ragged;
     const Value* rg = kw->get("requires_grad");
     return nested_value(made, "torch.nested._internal.nested_tensor._rebuild_njt", Layout::jagged, std::move(e), rg && is_int(rg) && rg->i);

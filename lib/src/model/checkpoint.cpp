@@ -6,7 +6,7 @@
 
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
-#include "io/gather.hpp"
+#include "formats/gather.hpp"
 #include "model/contents.hpp"
 
 namespace ckpt {
@@ -86,6 +86,32 @@ bool TensorInfo::contiguous() const {
         expected *= shape[d];
     }
     return true;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    if (shape.empty()) return "()";
+    std::string s;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += "×";
+        s += std::to_string(shape[i]);
+    }
+    return s;
+}
+
+std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t) {
+    if (t.nested()) {
+        std::string s = t.layout == Layout::jagged ? "jagged " : "nested ";
+        auto shapes = c.component_shapes(t);
+        if (shapes.empty()) return s + "(components unread)";
+        for (size_t i = 0; i < shapes.size() && i < 4; ++i) s += (i ? ", " : "") + shape_text(shapes[i]);
+        if (shapes.size() > 4) s += ", … (" + std::to_string(shapes.size()) + ")";
+        return s;
+    }
+    std::string s = shape_text(t.shape);
+    if (t.layout != Layout::strided) s += std::string(" ") + layout_name(t.layout);
+    if (t.no_data) s += " " + (t.extra ? t.extra->device : std::string("meta"));
+    if (t.quantized()) s += " " + std::string(t.extra->qscheme);
+    return s;
 }
 
 std::string key_part(const Value* key) {

@@ -16,6 +16,7 @@
 #include "model/keys.hpp"
 #include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "io/zip.hpp"
 #include "stats/tensor_stats.hpp"
 

@@ -15,6 +15,7 @@
 #include "ckpt/error.hpp"
 #include "ckpt/fingerprint.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 #include "support/builders.hpp"
 #include "support/limits.hpp"
 

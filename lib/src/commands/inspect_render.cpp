@@ -7,6 +7,7 @@
 #include "ckpt/inspect.hpp"
 #include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
+#include "io/json.hpp"
 
 namespace ckpt {
 

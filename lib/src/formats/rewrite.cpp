@@ -1,4 +1,4 @@
-#include "pickle/rewrite.hpp"
+#include "formats/rewrite.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "pickle/pickle_scan.hpp"
+#include "commands/pickle_scan.hpp"
 
 #include <algorithm>
 #include <map>

@@ -1,6 +1,6 @@
 // Merged records (a sharded folder's merged view, RecordInfo::pieces): gathered piece by piece
 // from their files into pooled buffers. Private to lib/: Checkpoint::record_data calls it.
-#include "io/gather.hpp"
+#include "formats/gather.hpp"
 
 #include <algorithm>
 #include <cerrno>
