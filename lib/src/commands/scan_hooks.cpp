@@ -1,4 +1,5 @@
 #include "commands/scan_hooks.hpp"
+#include "base/text_util.hpp"
 
 #include <zlib.h>
 
@@ -70,13 +71,6 @@ bool loader(const std::string& fn) {
     return false;
 }
 
-int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 
 }  // namespace
 
@@ -85,7 +79,7 @@ bool decode_hex(std::string_view t, std::string& out, bool skip_blanks) {
     int high = -1;
     for (char c : t) {
         if (skip_blanks && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) continue;
-        int d = hex_digit(c);
+        int d = text::hex_digit(c);
         if (d < 0) return false;
         if (high < 0) {
             high = d;

@@ -1,4 +1,5 @@
 #include "pickle/pickle_text.hpp"
+#include "base/text_util.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -32,13 +33,6 @@ void append_utf8(std::string& out, uint32_t cp) {
     }
 }
 
-int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 }  // namespace
 
 bool string_literal(std::string_view line, std::string& out, std::string& error) {
@@ -70,7 +64,7 @@ bool string_literal(std::string_view line, std::string& out, std::string& error)
             }
             case 'x': {
                 if (i + 2 >= body.size()) return refuse(error, "bad \\x escape");
-                int h = hex_digit(body[i + 1]), l = hex_digit(body[i + 2]);
+                int h = text::hex_digit(body[i + 1]), l = text::hex_digit(body[i + 2]);
                 if (h < 0 || l < 0) return refuse(error, "bad \\x escape");
                 out += static_cast<char>(h * 16 + l);
                 i += 2;
@@ -90,7 +84,7 @@ bool raw_unicode(std::string_view line, std::string& out, std::string& error) {
             if (i + 2 + n > line.size()) return refuse(error, "bad \\u escape in UNICODE");
             uint32_t cp = 0;
             for (size_t k = 0; k < n; ++k) {
-                int d = hex_digit(line[i + 2 + k]);
+                int d = text::hex_digit(line[i + 2 + k]);
                 if (d < 0) return refuse(error, "bad \\u escape in UNICODE");
                 cp = cp * 16 + static_cast<uint32_t>(d);
             }
