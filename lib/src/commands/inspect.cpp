@@ -139,7 +139,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     for (const auto& s : c.storages()) r.storage_bytes += s.nbytes();
 
     for (const OptimizerRef& o : find_optimizers(c.root())) r.optimizers.push_back(summarise(o));
-    DistFileHint dist_hint = dist_file_hint(c);  // dist.cpp
+    DistFileHint dist_hint = dist_file_hint(c);  // formats/dist.cpp
     if (dist_hint.kind != "fsdp_local") add_prefix_hints(c, r);  // flat parameters lose nothing by a prefix
     if (std::string dir = deepspeed_folder_of(c.path()); !dir.empty())
         r.hints.push_back({"deepspeed_rank_file",

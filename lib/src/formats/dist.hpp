@@ -1,5 +1,5 @@
 // Private to the library: what the readers of distributed training's checkpoints share
-// (dist_deepspeed.cpp, dist_dcp.cpp): which folder a path names, and reading the objects those
+// (deepspeed.cpp, dcp.cpp): which folder a path names, and reading the objects those
 // writers pickle (dataclasses, enums), which are data here and never run.
 #pragma once
 

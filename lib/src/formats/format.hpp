@@ -40,7 +40,7 @@ bool sniff_torch_zip(ByteView bytes);
 void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options);      // torch_zip.cpp
 bool sniff_export(const ZipArchive& zip);                                      // export.cpp
 void read_export(Checkpoint::Contents& c, const OpenOptions& options);         // (a zip without a folder)
-void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions& options);  // safetensors_reader.cpp
+void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions& options);  // safetensors.cpp
 bool sniff_legacy(ByteView bytes);                                             // legacy.cpp
 void read_legacy(Checkpoint::Contents& c, const OpenOptions& options);
 std::optional<std::string> sniff_hf_index(const std::string& path);            // hf_index.cpp
