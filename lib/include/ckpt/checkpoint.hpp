@@ -22,7 +22,6 @@ class ZipArchive;
 class RecordData;
 struct PickleTrace;
 
-
 struct StorageInfo {
     std::string key;             // persistent id key ("0")
     DType dtype = DType::untyped;
