@@ -8,6 +8,7 @@
 #include "model/keys.hpp"
 #include "model/optimizer.hpp"
 #include "ckpt/report.hpp"
+#include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 #include "base/huge_pages.hpp"
 

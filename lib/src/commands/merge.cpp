@@ -5,6 +5,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
+#include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 #include "base/text_util.hpp"
 

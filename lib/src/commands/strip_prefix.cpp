@@ -23,6 +23,7 @@
 #include "formats/safetensors.hpp"
 #include "io/zip.hpp"
 #include "io/zip_writer.hpp"
+#include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 
 namespace ckpt {

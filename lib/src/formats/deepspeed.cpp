@@ -17,14 +17,13 @@
 // ZeRO-3 take ceil(numel / ws) of every rank's flat vector per parameter, in turn, and cut to numel.
 // In zero_to_fp32's order: buffers (cast to float32, as it does), frozen parameters, trainable ones
 // (the fp32 masters), then tied names (shared_params) as the same tensor.
-#include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <unordered_map>
 
 #include "ckpt/error.hpp"
 #include "io/zip.hpp"
+#include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 #include "formats/format.hpp"
 #include "base/text_util.hpp"
@@ -36,62 +35,6 @@ namespace {
 using dist::field;
 using dist::int_of;
 using dist::str_of;
-
-struct RankFiles {
-    std::string model;                         // ZeRO-1/2: mp_rank_00_model_states.pt
-    std::map<int, std::string> model_ranks;    // ZeRO-3: rank → zero_pp_rank_R_mp_rank_00_model_states.pt
-    std::map<int, std::string> optim;          // rank → [bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt
-    std::set<std::string> optim_prefixes;      // "" and/or "bf16_"
-};
-
-RankFiles rank_files(const std::string& dir) {
-    static const std::regex model(R"(mp_rank_(\d+)_model_states\.pt)");
-    static const std::regex model3(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
-    static const std::regex optim(R"((bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
-    static const std::regex pipe(R"(layer_\d+-model_\d+-model_states\.pt)");
-    RankFiles f;
-    std::smatch m;
-    auto tensor_parallel = [&](const std::string& name, const std::string& mp) {
-        if (std::stoi(mp) != 0)
-            throw Error(ErrorKind::unsupported, dir + "/" + name,
-                        "is a tensor-parallel rank (mp_rank_" + mp +
-                            "): merging tensor-parallel parts needs each layer's split dimension (Megatron's convention), "
-                            "which the files do not record");
-    };
-    for (const std::string& n : dist::list_dir(dir)) {
-        if (std::regex_match(n, m, pipe))
-            throw Error(ErrorKind::unsupported, dir + "/" + n,
-                        "is a pipeline-parallel layer file: pipeline checkpoints are not merged (yet)");
-        if (std::regex_match(n, m, model3)) {
-            tensor_parallel(n, m[2]);
-            f.model_ranks[std::stoi(m[1])] = n;
-        } else if (std::regex_match(n, m, model)) {
-            tensor_parallel(n, m[1]);
-            f.model = n;
-        } else if (std::regex_match(n, m, optim)) {
-            tensor_parallel(n, m[3]);
-            int r = std::stoi(m[2]);
-            if (f.optim.count(r))
-                throw Error(ErrorKind::corrupt, dir + "/" + n, "and " + f.optim[r] + " both hold rank " + std::to_string(r) + "'s optimizer states");
-            f.optim[r] = n;
-            f.optim_prefixes.insert(m[1]);
-        }
-    }
-    return f;
-}
-
-std::string read_latest(const std::string& path) {
-    std::ifstream in(path);
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-    return s;
-}
-
-bool tag_folder(const std::string& dir) {
-    for (const std::string& n : dist::list_dir(dir))
-        if (text::ends_with(n, "_model_states.pt") || text::ends_with(n, "_optim_states.pt")) return true;
-    return false;
-}
 
 // ZeroStageEnum as pickled (getattr(ZeroStageEnum, 'gradients'), ZeroStageEnum(2)) or a plain int.
 int zero_stage(const Value* v) {
@@ -206,36 +149,11 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     c->path = given;
     c->dist = DistInfo{};
     DistInfo& info = *c->dist;
-    // Which tag folder: the one given, --tag, what `latest` names, or the only one there is.
-    std::string top = given, tagdir;
-    if (tag_folder(given)) {
-        tagdir = given;
-        info.tag = text::base_name(given);
-        top = text::parent_dir(given);
-        if (options.tag && *options.tag != info.tag)
-            throw Error(ErrorKind::usage, given, "is the folder of tag " + info.tag + ", not of --tag " + *options.tag);
-    }
-    for (const std::string& n : dist::list_dir(top))
-        if (dist::is_dir(top + "/" + n) && tag_folder(top + "/" + n)) info.tags.push_back(n);
-    if (dist::is_file(top + "/latest")) info.latest = read_latest(top + "/latest");
-    if (tagdir.empty()) {
-        std::string list;
-        for (const std::string& t : info.tags) list += (list.empty() ? "" : ", ") + t;
-        if (options.tag) info.tag = *options.tag;
-        else if (!info.latest.empty()) info.tag = info.latest;
-        else if (info.tags.size() == 1) info.tag = info.tags.front();
-        else if (info.tags.empty()) throw Error(ErrorKind::format, given, "has a `latest` file but no tag folder of DeepSpeed rank files");
-        else throw Error(ErrorKind::usage, given, "holds " + std::to_string(info.tags.size()) + " tags (" + list + ") and no `latest`: name one with --tag");
-        if (std::find(info.tags.begin(), info.tags.end(), info.tag) == info.tags.end())
-            throw Error(ErrorKind::corrupt, given,
-                        "has no folder for tag " + info.tag + (options.tag ? " (--tag)" : " (named by `latest`)") +
-                            (list.empty() ? std::string() : "; its tags: " + list));
-        tagdir = top + "/" + info.tag;
-    }
+    std::string tagdir = deepspeed_tag_dir(given, options, info);
     info.dir = tagdir;
     DistView view(*c, options);
 
-    RankFiles files = rank_files(tagdir);
+    DeepSpeedRankFiles files = deepspeed_rank_files(tagdir);
     if (files.optim_prefixes.size() > 1)
         throw Error(ErrorKind::corrupt, tagdir, "mixes bf16_zero_pp_rank_* and zero_pp_rank_* optimizer files: two runs wrote here");
     std::string model0 = !files.model.empty() ? files.model : files.model_ranks.count(0) ? files.model_ranks[0] : "";

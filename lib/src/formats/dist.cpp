@@ -1,3 +1,4 @@
+#include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 #include "io/json.hpp"
 
@@ -5,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <regex>
 #include <unordered_set>
 
 #include "formats/format.hpp"
@@ -328,29 +328,6 @@ void DistView::finish(Value* root, const std::string& state_dict_path) {
     OpenOptions o = options;
     if (!o.state_dict_key && !state_dict_path.empty()) o.state_dict_key = state_dict_path;
     ModelBuilder(c, o).build(true);
-}
-
-namespace {
-
-bool deepspeed_tag_folder(const std::string& dir) {
-    for (const std::string& n : dist::list_dir(dir))
-        if (text::ends_with(n, "_model_states.pt") || text::ends_with(n, "_optim_states.pt")) return true;
-    return false;
-}
-
-bool deepspeed_rank_name(const std::string& base) {
-    static const std::regex rank(R"((bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(optim|model)_states\.pt|mp_rank_\d+_model_states\.pt)");
-    return std::regex_match(base, rank);
-}
-
-}  // namespace
-
-std::string deepspeed_folder_of(const std::string& path) {
-    if (!deepspeed_rank_name(text::base_name(path)) || !dist::is_file(path)) return "";
-    std::string dir = text::parent_dir(path);
-    int ranks = 0;
-    for (const std::string& n : dist::list_dir(dir)) ranks += deepspeed_rank_name(n);
-    return ranks > 1 ? dir : "";  // a lone mp_rank_00_model_states.pt is a whole (ZeRO-0) checkpoint
 }
 
 DistFileHint dist_file_hint(const Checkpoint& c) {

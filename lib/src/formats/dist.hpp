@@ -29,11 +29,6 @@ struct DistTarget {
 // file opens as the torch file it is. none for anything else.
 DistTarget dist_target(const std::string& path);
 
-// A DeepSpeed rank file (mp_rank_00_model_states.pt, [bf16_]zero_pp_rank_R_mp_rank_00_*_states.pt)
-// beside its tag folder's other rank files: that folder ("" otherwise). merge reads the folder, and
-// inspect points there.
-std::string deepspeed_folder_of(const std::string& path);
-
 // What one plain file says about the distributed training that saved it, when it cannot be used as
 // the model's state dict on its own: FSDP's LOCAL_STATE_DICT (a rank's flat parameters) or a rank's
 // SHARDED_STATE_DICT saved with torch.save (ShardedTensor / DTensor values). kind "" otherwise.

@@ -1,0 +1,39 @@
+// DeepSpeed's folders as files on disk (private to the library): which folder is a tag folder, which
+// tag a path means, which rank files a tag holds. deepspeed.cpp reads them; dist.cpp's dist_target
+// and deepspeed_folder_of (dist.hpp) recognise them.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace ckpt {
+
+// A folder holding rank files (*_model_states.pt, *_optim_states.pt).
+bool deepspeed_tag_folder(const std::string& dir);
+// A rank file's name: mp_rank_00_model_states.pt, [bf16_]zero_pp_rank_R_mp_rank_00_{model,optim}_states.pt.
+bool deepspeed_rank_name(const std::string& base);
+
+// A DeepSpeed rank file (mp_rank_00_model_states.pt, [bf16_]zero_pp_rank_R_mp_rank_00_*_states.pt)
+// beside its tag folder's other rank files: that folder ("" otherwise). merge reads the folder, and
+// inspect points there.
+std::string deepspeed_folder_of(const std::string& path);
+
+// The tag folder `given` means: itself when it is one (and --tag agrees), else under it the one
+// --tag names, or `latest`, or the only one there is; fills info.tag, info.tags and info.latest.
+// Error naming `given` when no single tag is meant.
+std::string deepspeed_tag_dir(const std::string& given, const OpenOptions& options, DistInfo& info);
+
+struct DeepSpeedRankFiles {
+    std::string model;                         // ZeRO-1/2: mp_rank_00_model_states.pt
+    std::map<int, std::string> model_ranks;    // ZeRO-3: rank → zero_pp_rank_R_mp_rank_00_model_states.pt
+    std::map<int, std::string> optim;          // rank → [bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt
+    std::set<std::string> optim_prefixes;      // "" and/or "bf16_"
+};
+
+// The rank files of a tag folder; Error for tensor- or pipeline-parallel files, or a rank twice.
+DeepSpeedRankFiles deepspeed_rank_files(const std::string& dir);
+
+}  // namespace ckpt
