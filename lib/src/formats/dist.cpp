@@ -372,16 +372,14 @@ DistTarget dist_target(const std::string& path) {
     return {};
 }
 
-std::optional<std::string> sniff_deepspeed(const std::string& path) {
+std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const OpenOptions& options) {
     DistTarget t = dist_target(path);
-    if (t.kind == DistKind::deepspeed) return t.dir;
-    return std::nullopt;
-}
-
-std::optional<std::string> sniff_dcp(const std::string& path) {
-    DistTarget t = dist_target(path);
-    if (t.kind == DistKind::dcp) return t.dir;
-    return std::nullopt;
+    switch (t.kind) {
+        case DistKind::deepspeed: return open_deepspeed(t.dir, options);
+        case DistKind::dcp: return open_dcp(t.dir, options);
+        case DistKind::none: break;
+    }
+    return nullptr;
 }
 
 }  // namespace ckpt

@@ -22,17 +22,17 @@ struct FileFormat {
     void (*read)(Checkpoint::Contents& c, const OpenOptions& options);
 };
 
-// A format of many files, opened from a path (a folder, an index).
+// A format of many files, opened from a path (a folder, an index): `try_open` opens the path when it
+// is this format's and returns null when it is not (bloaty's TryOpen), so that what it found out about
+// the path is not found out twice.
 struct FolderFormat {
     const char* name;
-    // What to open when `path` is this format's (the folder or index itself), nullopt otherwise.
-    std::optional<std::string> (*sniff)(const std::string& path);
-    std::unique_ptr<Checkpoint> (*open)(const std::string& target, const OpenOptions& options);
+    std::unique_ptr<Checkpoint> (*try_open)(const std::string& path, const OpenOptions& options);
 };
 
 // In the order they are tried: zip (torch.save, TorchScript, torch.export), safetensors, legacy.
 const std::vector<FileFormat>& file_formats();
-// DeepSpeed, torch.distributed.checkpoint, Hugging Face index.
+// Distributed training folders (DeepSpeed, torch.distributed.checkpoint), Hugging Face index.
 const std::vector<FolderFormat>& folder_formats();
 
 // The readers, each in its format's file.
@@ -43,12 +43,10 @@ void read_export(Checkpoint::Contents& c, const OpenOptions& options);         /
 void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions& options);  // safetensors.cpp
 bool sniff_legacy(ByteView bytes);                                             // legacy.cpp
 void read_legacy(Checkpoint::Contents& c, const OpenOptions& options);
-std::optional<std::string> sniff_hf_index(const std::string& path);            // hf_index.cpp
-std::unique_ptr<Checkpoint> open_hf_index(const std::string& path, const OpenOptions& options);
-std::optional<std::string> sniff_deepspeed(const std::string& path);           // deepspeed.cpp
-std::unique_ptr<Checkpoint> open_deepspeed(const std::string& dir, const OpenOptions& options);
-std::optional<std::string> sniff_dcp(const std::string& path);                 // dcp.cpp
-std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options);
+std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& path, const OpenOptions& options);  // hf_index.cpp
+std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const OpenOptions& options);  // dist.cpp
+std::unique_ptr<Checkpoint> open_deepspeed(const std::string& dir, const OpenOptions& options);  // deepspeed.cpp
+std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options);        // dcp.cpp
 
 // Reads the one container at c.bytes(), sniffed among file_formats(), and builds the model on it.
 void read_container(Checkpoint::Contents& c, const OpenOptions& options);

@@ -20,11 +20,10 @@ const std::vector<FileFormat>& file_formats() {
 }
 
 const std::vector<FolderFormat>& folder_formats() {
-    // The distributed layouts first: a folder is a Hugging Face index's only when it is neither.
+    // The distributed layouts first: a folder is a Hugging Face index's only when it is none of them.
     static const std::vector<FolderFormat> k_formats = {
-        {"dcp", sniff_dcp, open_dcp},
-        {"deepspeed", sniff_deepspeed, open_deepspeed},
-        {"hf-index", sniff_hf_index, open_hf_index},
+        {"distributed", try_open_distributed},
+        {"hf-index", try_open_hf_index},
     };
     return k_formats;
 }

@@ -83,12 +83,8 @@ size_t Checkpoint::Contents::adopt_part(std::unique_ptr<Checkpoint> part, const 
 // what the index says is checked against what the shards hold, and disagreements are problems:
 // a tensor in another shard than the map says, one the map does not list, one the map lists that no
 // shard holds, a name in two shards, a total_size other than the tensors' bytes.
-std::optional<std::string> sniff_hf_index(const std::string& path) {
-    if (is_sharded_index(path)) return path;
-    return std::nullopt;
-}
-
-std::unique_ptr<Checkpoint> open_hf_index(const std::string& given, const OpenOptions& options) {
+std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const OpenOptions& options) {
+    if (!is_sharded_index(given)) return nullptr;
     struct stat ds {};
     std::string path = ::stat(given.c_str(), &ds) == 0 && S_ISDIR(ds.st_mode) ? index_in(given) : given;
     auto c = std::make_unique<Checkpoint::Contents>();

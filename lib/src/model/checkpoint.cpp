@@ -236,7 +236,7 @@ std::vector<std::vector<int64_t>> Checkpoint::component_shapes(const TensorInfo&
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, const OpenOptions& options) {
     try {
         for (const FolderFormat& f : folder_formats())
-            if (std::optional<std::string> target = f.sniff(path)) return f.open(*target, options);
+            if (std::unique_ptr<Checkpoint> c = f.try_open(path, options)) return c;
         auto c = std::make_unique<Contents>();
         c->path = path;
         c->file = std::make_shared<MappedFile>(path);
