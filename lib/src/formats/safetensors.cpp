@@ -186,16 +186,21 @@ SafetensorsHeader read_safetensors(ByteView file) {
 SafetensorsHeaderWriter::SafetensorsHeaderWriter(const std::vector<std::pair<std::string, std::string>>* metadata) {
     m_text = "{";
     if (!metadata) return;
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    std::unordered_map<std::string_view, size_t> at;  // a member's place: ordered_json's operator[] would search
-    std::vector<std::pair<std::string, std::string>> members;
+    std::unordered_map<std::string_view, size_t> at;  // a key's place among the members
+    std::vector<std::pair<std::string_view, std::string_view>> members;
     for (const auto& [k, v] : *metadata) {
         auto [it, fresh] = at.emplace(k, members.size());
         if (fresh) members.push_back({k, v});
         else members[it->second].second = v;
     }
-    for (auto& [k, v] : members) append_new_member(meta, std::move(k), std::move(v));
-    m_text += "\"__metadata__\":" + meta.dump();
+    m_text += "\"__metadata__\":{";
+    for (size_t i = 0; i < members.size(); ++i) {
+        if (i) m_text += ',';
+        append_json_string(m_text, members[i].first, false);
+        m_text += ':';
+        append_json_string(m_text, members[i].second, false);
+    }
+    m_text += '}';
 }
 
 void SafetensorsHeaderWriter::add(std::string_view name, DType dtype, const std::vector<int64_t>& shape, uint64_t begin,
