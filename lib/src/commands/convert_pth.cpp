@@ -83,7 +83,7 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
         }
         auto at = c.record_file_offset(record);
         if (at && rec.has_crc) {  // a STORED zip record: the kernel copies it, its CRC is known
-            w.add_copy(name, c.record_file(record).fd(), *at, rec.size, rec.crc32);
+            w.add_copy(name, c.record_file(record), *at, rec.size, rec.crc32);
             continue;
         }
         RecordData data = c.record_data(record);  // safetensors, DEFLATE or merged: the CRC reads it once
@@ -99,7 +99,7 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
                 file.release(part);
             }
         }
-        if (at) w.add_copy(name, c.record_file(record).fd(), *at, rec.size, crc);
+        if (at) w.add_copy(name, c.record_file(record), *at, rec.size, crc);
         else w.add(name, data.view(), crc);
         c.record_file(record).release(data.view());
     }

@@ -10,6 +10,7 @@
 #include "commands/convert_detail.hpp"
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
+#include "io/output_writer.hpp"
 #include "formats/safetensors.hpp"
 #include "io/zip.hpp"
 #include "stats/tensor_stats.hpp"
@@ -125,8 +126,8 @@ uint64_t write_shard(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
         r.cast += out_dtype(rq, t.dtype) != t.dtype;
     }
     std::string head = header.finish();
-    WritebackHint writeback(out.fd());
-    write_all(out.fd(), head.data(), head.size(), 0, path);
+    OutputWriter w(out.fd(), path);
+    w.write(head.data(), head.size());
     uint64_t base = head.size();
     for (const Planned& p : shard) {
         const TensorInfo& t = c.tensors()[p.tensor];
@@ -134,27 +135,23 @@ uint64_t write_shard(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
         auto in_file = c.record_file_offset(record);
         uint64_t esz = dtype_size(t.dtype);
         DType to = out_dtype(rq, t.dtype);
-        uint64_t pos = base + p.begin;
-        auto sink = [&](const uint8_t* bytes, size_t len) {
-            write_all(out.fd(), bytes, len, pos, path);
-            pos += len;
-        };
+        w.seek(base + p.begin);
+        auto sink = [&](const uint8_t* bytes, size_t len) { w.write(bytes, len); };
         if (to != t.dtype) {
             RecordData data = c.record_data(record);
             source.offer(record, data.view());
             cast_bytes(t, data.view(), to, sink);
         } else if (t.contiguous() && in_file) {  // the kernel copies it
-            copy_range(c.record_file(record).fd(), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, out.fd(), pos,
-                       t.nbytes(), path);
+            w.copy(c.record_file(record), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, t.nbytes());
         } else {
             RecordData data = c.record_data(record);
             source.offer(record, data.view());
             for_each_logical_bytes(t, data.view(), sink);
         }
-        writeback.written_up_to(base + p.end);
         written += p.end - p.begin;
         if (rq.progress) rq.progress(written, total);
     }
+    w.flush();
     return base + (shard.empty() ? 0 : shard.back().end);
 }
 

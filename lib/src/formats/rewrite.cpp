@@ -163,7 +163,7 @@ uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd,
             std::string name = root + "/data/" + c.records()[i].name;
             if (custom && custom(i, name, w)) continue;
             RecordData d = c.record_data(i);  // no CRC in this format: it is taken here, then the kernel copies
-            w.add_copy(name, c.file().fd(), *c.record_file_offset(i), d.view().size, crc32_of(d.view()));
+            w.add_copy(name, c.file(), *c.record_file_offset(i), d.view().size, crc32_of(d.view()));
             c.file().release(d.view());
         }
         static const uint8_t version[] = {'3', '\n'};
@@ -177,7 +177,7 @@ uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd,
             } else if (custom && custom(i, e.name, w)) {
                 continue;
             } else if (e.method == 0) {
-                w.add_copy(e.name, c.file().fd(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
+                w.add_copy(e.name, c.file(), zip.data_offset(e, c.file().fd()), e.size, e.crc32);
             } else {
                 RecordData d = zip.record_data(e);  // DEFLATE in, STORED out (the CRC is of these bytes)
                 w.add(e.name, d.view(), e.crc32);

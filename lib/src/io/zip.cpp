@@ -230,6 +230,7 @@ uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e, int fd) const {
+    if (e.size < (64u << 10)) return data_offset(e);
     std::vector<uint8_t> buf(30 + e.name.size());
     ssize_t n;
     do {

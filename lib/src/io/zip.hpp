@@ -69,9 +69,10 @@ public:
 
     // Where the record's data starts in the file (reads and checks the local header).
     uint64_t data_offset(const ZipEntry& entry) const;
-    // The same, reading the header with pread from `fd` (the file this archive maps): a writer that
-    // visits every record then reads ~30+name bytes of each instead of faulting in the 64 KiB the
-    // kernel maps around every touched page.
+    // The same, reading the header of a record of 64 KiB and more with pread from `fd` (the file this
+    // archive maps): a writer that visits every large record then reads ~30+name bytes of each instead
+    // of faulting in the 64 KiB the kernel maps around every touched page. A smaller record's header is
+    // read from the mapping, as its bytes are (OutputWriter copies them through it), without a syscall.
     uint64_t data_offset(const ZipEntry& entry, int fd) const;
     // The record's bytes, inflated if needed (and checked against the size in the directory).
     RecordData record_data(const ZipEntry& entry) const;

@@ -4,6 +4,7 @@
 
 #include "ckpt/atomic_file.hpp"
 #include "ckpt/error.hpp"
+#include "io/mapped_file.hpp"
 
 namespace ckpt {
 
@@ -17,23 +18,14 @@ void put64(std::string& b, uint64_t v) { append_le(b, v, 8); }
 
 }  // namespace
 
-uint64_t ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_t crc32) {
-    if (name.size() > 0xffff) throw Error(ErrorKind::usage, m_path, "record name too long: " + name);
+void ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_t crc32) {
+    if (name.size() > 0xffff) throw Error(ErrorKind::usage, m_out.path(), "record name too long: " + name);
     bool zip64 = size >= k_u32_max;
-    std::string extra;
-    if (zip64) {
-        put16(extra, 0x0001);
-        put16(extra, 16);
-        put64(extra, size);
-        put64(extra, size);
-    }
-    uint64_t fixed = 30 + name.size() + extra.size();
-    uint64_t pad = (k_alignment - (m_pos + fixed + 4) % k_alignment) % k_alignment;
-    put16(extra, 0x4246);  // "FB"
-    put16(extra, pad);
-    extra.append(pad, 'Z');
-
-    std::string h;
+    uint64_t at = m_out.pos();
+    uint64_t fixed = 30 + name.size() + (zip64 ? 20 : 0);
+    uint64_t pad = (k_alignment - (at + fixed + 4) % k_alignment) % k_alignment;
+    std::string& h = m_header;
+    h.clear();
     put32(h, 0x04034b50);
     put16(h, zip64 ? 45 : 20);
     put16(h, 0x0800);
@@ -44,32 +36,35 @@ uint64_t ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_
     put32(h, zip64 ? k_u32_max : size);
     put32(h, zip64 ? k_u32_max : size);
     put16(h, name.size());
-    put16(h, extra.size());
+    put16(h, (zip64 ? 20 : 0) + 4 + pad);
     h += name;
-    h += extra;
-    write_all(m_fd, h.data(), h.size(), m_pos, m_path);
-    m_entries.push_back({name, crc32, size, m_pos});
-    m_pos += h.size();
-    return m_pos;
+    if (zip64) {
+        put16(h, 0x0001);
+        put16(h, 16);
+        put64(h, size);
+        put64(h, size);
+    }
+    put16(h, 0x4246);  // "FB"
+    put16(h, pad);
+    h.append(pad, 'Z');
+    m_out.write(h.data(), h.size());
+    m_entries.push_back({name, crc32, size, at});
 }
 
 void ZipWriter::add(const std::string& name, ByteView data, uint32_t crc32) {
-    uint64_t at = begin_record(name, data.size, crc32);
-    write_all(m_fd, data.data, data.size, at, m_path);
-    m_pos += data.size;
-    m_writeback.written_up_to(m_pos);
+    begin_record(name, data.size, crc32);
+    m_out.write(data);
 }
 
-void ZipWriter::add_copy(const std::string& name, int src_fd, uint64_t offset, uint64_t size,
+void ZipWriter::add_copy(const std::string& name, const MappedFile& src, uint64_t offset, uint64_t size,
                          uint32_t crc32) {
-    uint64_t at = begin_record(name, size, crc32);
-    copy_range(src_fd, offset, m_fd, at, size, m_path);
-    m_pos += size;
-    m_writeback.written_up_to(m_pos);
+    begin_record(name, size, crc32);
+    m_out.copy(src, offset, size);
 }
 
 uint64_t ZipWriter::finish() {
     std::string cd;
+    cd.reserve(m_entries.size() * 64 + 128);
     for (const Written& e : m_entries) {
         bool big_size = e.size >= k_u32_max, big_offset = e.header_offset >= k_u32_max;
         std::string extra;
@@ -102,7 +97,7 @@ uint64_t ZipWriter::finish() {
         cd += e.name;
         cd += extra;
     }
-    uint64_t cd_offset = m_pos, cd_size = cd.size(), n = m_entries.size();
+    uint64_t cd_offset = m_out.pos(), cd_size = cd.size(), n = m_entries.size();
     uint64_t zip64_end = cd_offset + cd_size;
     put32(cd, 0x06064b50);
     put64(cd, 44);
@@ -126,9 +121,9 @@ uint64_t ZipWriter::finish() {
     put32(cd, cd_size >= k_u32_max ? k_u32_max : cd_size);
     put32(cd, cd_offset >= k_u32_max ? k_u32_max : cd_offset);
     put16(cd, 0);
-    write_all(m_fd, cd.data(), cd.size(), m_pos, m_path);
-    m_pos += cd.size();
-    return m_pos;
+    m_out.write(cd.data(), cd.size());
+    m_out.flush();
+    return m_out.pos();
 }
 
 }  // namespace ckpt

@@ -7,8 +7,8 @@
 //   then:        central directory (one record per entry, ZIP64 extra for sizes/offsets past 32 bits)
 //                · ZIP64 end record · ZIP64 locator · end record — torch writes the ZIP64 pair on every
 //                file, and so does this writer.
-// Writes are positional (pwrite / copy_file_range), so a record copied from another file never passes
-// through this process.
+// Writes go through an OutputWriter: headers and small records gather into large writes, and a large
+// record copied from another file never passes through this process (copy_file_range).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 
 #include "ckpt/atomic_file.hpp"
 #include "ckpt/bytes.hpp"
+#include "io/output_writer.hpp"
 
 namespace ckpt {
 
@@ -25,13 +26,13 @@ public:
     static constexpr uint64_t k_alignment = 64;
 
     // `path` names the output in errors.
-    ZipWriter(int fd, std::string path) : m_fd(fd), m_path(std::move(path)) {}
+    ZipWriter(int fd, std::string path) : m_out(fd, std::move(path)) {}
 
     // A record from memory.
     void add(const std::string& name, ByteView data, uint32_t crc32);
-    // A record copied from `src_fd` (bytes [offset, offset + size)) with a known CRC-32.
-    void add_copy(const std::string& name, int src_fd, uint64_t offset, uint64_t size, uint32_t crc32);
-    // Central directory and end records. Returns the file's size.
+    // A record copied from `src` (bytes [offset, offset + size)) with a known CRC-32.
+    void add_copy(const std::string& name, const MappedFile& src, uint64_t offset, uint64_t size, uint32_t crc32);
+    // Central directory and end records, and everything still buffered. Returns the file's size.
     uint64_t finish();
 
     size_t records() const { return m_entries.size(); }
@@ -42,12 +43,10 @@ private:
         uint32_t crc32;
         uint64_t size, header_offset;
     };
-    uint64_t begin_record(const std::string& name, uint64_t size, uint32_t crc32);
+    void begin_record(const std::string& name, uint64_t size, uint32_t crc32);
 
-    int m_fd;
-    std::string m_path;
-    uint64_t m_pos = 0;
-    WritebackHint m_writeback{m_fd};
+    OutputWriter m_out;
+    std::string m_header;  // the local header being written (its buffer kept from record to record)
     std::vector<Written> m_entries;
 };
 

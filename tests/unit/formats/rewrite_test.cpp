@@ -43,6 +43,9 @@ TEST_CASE("zip writer: records read back aligned, with their CRC, through the re
     std::string dir = testing::scratch_dir("rewrite_test");
     std::string src = dir + "/src.bin";
     testing::write_file(src, "0123456789abcdefghij");
+    std::string big_src = dir + "/big.bin", big;  // past OutputWriter::k_small: copied by the kernel
+    for (int i = 0; big.size() < 100'000; ++i) big += std::to_string(i) + ",";
+    testing::write_file(big_src, big);
     std::string out = dir + "/out.zip";
     {
         AtomicFile f(out);
@@ -52,7 +55,9 @@ TEST_CASE("zip writer: records read back aligned, with their CRC, through the re
         w.add("r/data.pkl", pv, crc32_of(pv));
         MappedFile in(src);
         ByteView part{in.view().data + 5, 7};
-        w.add_copy("r/data/0", in.fd(), 5, 7, crc32_of(part));
+        w.add_copy("r/data/0", in, 5, 7, crc32_of(part));  // small: through the writer's buffer
+        MappedFile big_in(big_src);
+        w.add_copy("r/data/1", big_in, 3, big.size() - 3, crc32_of(*big_in.view().sub(3, big.size() - 3)));
         w.add("r/version", {reinterpret_cast<const uint8_t*>("3\n"), 2}, crc32_of({reinterpret_cast<const uint8_t*>("3\n"), 2}));
         uint64_t size = w.finish();
         f.commit(false);
@@ -62,11 +67,12 @@ TEST_CASE("zip writer: records read back aligned, with their CRC, through the re
     }
     MappedFile m(out);
     ZipArchive z = ZipArchive::open(m.view());
-    REQUIRE(z.entries().size() == 3);
+    REQUIRE(z.entries().size() == 4);
     CHECK(z.zip64());  // torch writes the ZIP64 end records on every file, and so do we
-    const char* names[] = {"r/data.pkl", "r/data/0", "r/version"};
-    const char* data[] = {"hello pickle", "56789ab", "3\n"};
-    for (int i = 0; i < 3; ++i) {
+    std::string big_part = big.substr(3);
+    const char* names[] = {"r/data.pkl", "r/data/0", "r/data/1", "r/version"};
+    const char* data[] = {"hello pickle", "56789ab", big_part.c_str(), "3\n"};
+    for (int i = 0; i < 4; ++i) {
         const ZipEntry& e = z.entries()[i];
         CHECK(e.name == names[i]);
         CHECK(e.method == 0);
