@@ -147,6 +147,14 @@ ValueArena::Block ValueArena::block(size_t& bytes) {
 }
 
 Value* ValueArena::make(ValueKind kind, uint64_t offset) {
+    if (m_free) {
+        Value* v = m_free;
+        m_free = v->args;
+        *v = Value();
+        v->kind = kind;
+        v->offset = offset;
+        return v;
+    }
     if (m_count >= m_max)
         throw Error(ErrorKind::limit, "",
                     "pickle builds more than " + std::to_string(m_max) + " values", offset);
@@ -232,6 +240,28 @@ std::string_view ValueArena::own(std::string_view text) {
     m_text_next += text.size();
     m_text_left -= text.size();
     return out;
+}
+
+void ValueArena::take_back(Value* v, int levels) {
+    if (v->shared) return;
+    switch (v->kind) {
+        case ValueKind::tuple:
+        case ValueKind::list:
+            if (levels > 1)
+                for (Value* item : v->items) take_back(item, levels - 1);
+            break;
+        case ValueKind::dict:
+            if (!v->entries.empty() || v->state) return;  // the VM indexes a dict's keys by its address
+            break;
+        case ValueKind::integer: case ValueKind::big_integer: case ValueKind::floating: case ValueKind::complex:
+        case ValueKind::string: case ValueKind::bytes:
+            break;
+        default: return;  // a hook may hold on to these (a storage's value, a global, an object)
+    }
+    v->kind = ValueKind::none;
+    v->shared = true;  // taken back once only, whatever else still names it by mistake
+    v->args = m_free;
+    m_free = v;
 }
 
 Value* ValueArena::integer(int64_t v, uint64_t offset) {

@@ -81,7 +81,10 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
                     m_record + ": unknown storage class " + global_name(cls), offset);
 
     Value* root = storage_value(cls, key->s, loc->s, static_cast<uint64_t>(numel->i), *dt, offset);
-    if (!view) return root;
+    if (!view) {
+        m_arena.recycle(pid);  // read: the storage's value stands for it now
+        return root;
+    }
     auto [it, fresh] = m_views.try_emplace(std::string(view->items[0]->s));
     if (!fresh) return it->second.value;
     StorageView& sv = it->second;
@@ -205,8 +208,14 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
                               " elements)");
             t.storage_offset += static_cast<int64_t>(v.offset);
         }
-    if (q) quantization(made, a[4], t);
-    return tensor_value(std::move(t), made);
+    if (q) {
+        quantization(made, a[4], t);
+        return tensor_value(std::move(t), made);
+    }
+    Value* args = made->args;  // read: the table holds what they said (the storage's value is kept)
+    Value* v = tensor_value(std::move(t), made);
+    m_arena.recycle(args);
+    return v;
 }
 
 void TorchHooks::count_elements(const Value* made, std::string_view name, TensorInfo& t) const {
