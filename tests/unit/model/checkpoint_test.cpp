@@ -78,6 +78,29 @@ TEST_CASE("checkpoint: keys, tensors, storages and the state dict of a training 
     CHECK(r.all_totals.tensors == 3);  // "alias" is the same object as model.module.w
 }
 
+TEST_CASE("checkpoint: a tensor's size tuple fetched again from the memo survives the recycling of its arguments") {
+    // The pickle memoizes a's size tuple and puts it into the dict again under "shape_of_a": the
+    // arguments of a's rebuild go back to the arena, that tuple must not (b's values would reuse it).
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark().str("a");
+    p.global("torch._utils", "_rebuild_tensor_v2").mark().storage("FloatStorage", "0", 300).integer(0);
+    p.mark().integer(300).tuple().binput(7).mark().integer(1).tuple().newfalse();
+    p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
+    p.str("b").tensor("FloatStorage", "1", 300, 0, {300}, {1});
+    p.str("shape_of_a").binget(7).setitems().stop();
+    auto c = open_bytes("memo.pth", testing::torch_zip("memo", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}}));
+    REQUIRE(c->entries().size() == 3);
+    CHECK(c->entries()[2].key == "shape_of_a");
+    const Value* shape = c->entries()[2].value;
+    REQUIRE(shape->kind == ValueKind::tuple);
+    REQUIRE(shape->items.size() == 1);
+    CHECK(shape->items[0]->kind == ValueKind::integer);
+    CHECK(shape->items[0]->i == 300);
+    REQUIRE(c->tensors().size() == 2);
+    CHECK(c->tensors()[1].shape == std::vector<int64_t>{300});
+    CHECK(c->tensors()[1].stride == std::vector<int64_t>{1});
+}
+
 TEST_CASE("checkpoint: --state-dict-key overrides detection and names bad keys") {
     std::string zip = testing::torch_zip("train", training_pickle(), {{"0", floats(6)}, {"1", floats(3)}});
     OpenOptions o;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "pickle/pickle.hpp"
@@ -96,4 +97,36 @@ TEST_CASE("value: a big pickle is built by one thread when no other can be start
         return;
     }
     CHECK(result == 0);
+}
+
+TEST_CASE("value: recycled values are handed out again, shared ones and constants never") {
+    ValueArena arena;
+    auto tuple_of = [&](std::vector<Value*> items) {
+        Value* t = arena.make(ValueKind::tuple);
+        t->items = arena.list_of(ValueSpan(items.data(), items.size()));
+        return t;
+    };
+    Value* big = arena.integer(1000, 0);
+    Value* kept = arena.integer(2000, 0);
+    kept->shared = true;  // memoized and fetched again
+    Value* t = tuple_of({big, kept, arena.integer(3, 0), arena.none()});
+    arena.recycle(t);  // recycling off: nothing is taken back
+    CHECK(arena.make(ValueKind::string) != t);
+    arena.set_recycling(true);
+    arena.recycle(t);
+    std::vector<Value*> again{arena.make(ValueKind::string), arena.make(ValueKind::string), arena.make(ValueKind::string)};
+    CHECK(std::count(again.begin(), again.end(), t) == 1);
+    CHECK(std::count(again.begin(), again.end(), big) == 1);
+    CHECK(std::count(again.begin(), again.end(), kept) == 0);
+    CHECK(kept->kind == ValueKind::integer);
+    CHECK(kept->i == 2000);
+    CHECK(arena.integer(3, 0)->i == 3);
+    CHECK(arena.none()->kind == ValueKind::none);
+    for (Value* v : again) CHECK((v->kind == ValueKind::string && !v->shared && v->items.empty()));
+    // Kinds a hook may hold on to are never taken back.
+    Value* storage = arena.make(ValueKind::storage);
+    arena.recycle(tuple_of({storage}));
+    Value* next = arena.make(ValueKind::string);
+    CHECK(next != storage);
+    CHECK(storage->kind == ValueKind::storage);
 }
