@@ -279,6 +279,7 @@ public:
     struct Contents;
     explicit Checkpoint(std::unique_ptr<Contents> contents);
     const Contents& contents() const { return *m; }
+    Contents& contents() { return *m; }
 
 private:
     std::unique_ptr<Contents> m;

@@ -161,6 +161,8 @@ public:
     // mostly such ints (6 of the 18 values a tensor made).
     Value* integer(int64_t v, uint64_t offset);
     uint64_t count() const { return m_count; }
+    // Frees every value, list and text made so far: no pointer into the arena may be used after.
+    void clear();
 
 private:
     struct FreeBlock {

@@ -129,6 +129,19 @@ ValueArena::ValueArena(uint64_t max_values) : m_max(max_values) {
 
 ValueArena::~ValueArena() = default;
 
+void ValueArena::clear() {
+    m_ahead.reset();  // joins its thread, frees the block it made
+    m_blocks.clear();
+    m_value_next = nullptr;
+    m_value_left = m_value_block = 0;
+    m_slot_next = nullptr;
+    m_slot_left = m_slot_block = 0;
+    m_text_next = nullptr;
+    m_text_left = 0;
+    m_free = nullptr;
+    m_count = 0;
+}
+
 ValueArena::Block ValueArena::block(size_t& bytes) {
     if (bytes < k_huge_page / 4 || bytes > k_huge_page) return new_block(bytes);
     if (m_ahead) {

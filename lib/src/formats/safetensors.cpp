@@ -1,6 +1,7 @@
 #include "formats/safetensors.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,37 +19,155 @@ namespace {
     throw Error(ErrorKind::corrupt, "", "safetensors: " + what, offset);
 }
 
-// The keys of a header's top-level object in order (the first of a repeated one, and which was
-// repeated), and the keys of its __metadata__ object; nothing else is kept.
-struct HeaderKeys : nlohmann::json_sax<nlohmann::json> {
-    std::vector<std::string> order, metadata_order;
-    std::string duplicate;
-    std::unordered_set<std::string> seen, metadata_seen;
+// The header read in one pass of nlohmann's SAX parser: each tensor's fields as given (checked once its
+// object ends, in the order the rules below are listed), __metadata__'s members, the names in order.
+// No document: a DOM of 1,000,000 tensors held some 3 KB a tensor, and looking each name up in it
+// (a std::map) cost more than the parse (docs/performance.md).
+struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
+    // A tensor's fields as the header gave them (the last of a repeated field wins, as in a document).
+    struct Fields {
+        std::string name;
+        bool is_object = true;
+        int dtype_kind = 0;  // 0: absent, 1: a string, 2: something else
+        std::string dtype;
+        bool shape_is_array = false, shape_ok = true;
+        std::vector<uint64_t> shape;
+        bool offsets_is_array = false, offsets_ok = true;
+        std::vector<uint64_t> offsets;
+    };
+    enum class Field { none, dtype, shape, offsets };
+
+    std::vector<Fields> tensors;
+    std::vector<std::pair<std::string, std::string>> metadata;
+    std::vector<bool> metadata_string;  // per member: its (last) value is a string
+    bool metadata_not_object = false;
+    size_t metadata_place = 0;     // how many tensor names come before __metadata__
+    std::string duplicate;         // the first name given twice
+    std::unordered_set<std::string> seen;
+    std::unordered_map<std::string, size_t> metadata_at;
+    bool root_is_object = false;
+    bool out_of_range = false;
+    uint64_t error_byte = 0;
+
     int depth = 0;
-    bool in_metadata = false;
+    bool in_metadata = false;  // depth 1 value: __metadata__
+    Field field = Field::none;  // depth 2 key inside a tensor's object
+    int field_depth = 0;        // nesting below the field's array (a value inside an element)
+    std::string member;          // depth 2 key inside __metadata__
+
+    void top_key(std::string& k) {
+        in_metadata = k == "__metadata__";
+        if (!seen.insert(k).second) {
+            if (duplicate.empty()) duplicate = k;
+        } else if (in_metadata) {
+            metadata_place = tensors.size();
+        }
+        if (!in_metadata) {
+            tensors.emplace_back();
+            tensors.back().name = std::move(k);
+        }
+    }
+    // A scalar or container start at `depth` (before any increment).
+    void value(bool is_string, std::string* text, bool is_unsigned, uint64_t u, bool container) {
+        if (depth == 0) {
+            root_is_object = false;
+            return;
+        }
+        if (!root_is_object) return;  // inside a top level that is no object: refused as a whole
+        if (depth == 1) {  // a name's whole value
+            if (in_metadata) metadata_not_object = true;
+            else tensors.back().is_object = false;
+            return;
+        }
+        if (in_metadata) {
+            if (depth == 2) {
+                auto [it, fresh] = metadata_at.emplace(member, metadata.size());
+                if (fresh) metadata.push_back({member, std::string()}), metadata_string.push_back(false);
+                metadata_string[it->second] = is_string;
+                if (is_string) metadata[it->second].second = std::move(*text);
+            }
+            return;
+        }
+        Fields& t = tensors.back();
+        if (depth == 2) {  // a field's value
+            if (field == Field::dtype) {
+                t.dtype_kind = is_string ? 1 : 2;
+                if (is_string) t.dtype = std::move(*text);
+            } else if (field == Field::shape) {
+                t.shape_is_array = false;
+            } else if (field == Field::offsets) {
+                t.offsets_is_array = false;
+            }
+            return;
+        }
+        if (depth == 3 && field_depth == 0) {  // an element of shape or data_offsets
+            if (field == Field::shape) {
+                if (is_unsigned && !container) t.shape.push_back(u);
+                else t.shape_ok = false;
+            } else if (field == Field::offsets) {
+                t.offsets.push_back(u);
+                if (!is_unsigned || container) t.offsets_ok = false;
+            }
+        }
+    }
 
     bool key(string_t& k) override {
-        if (depth == 1) {
-            in_metadata = k == "__metadata__";
-            if (seen.insert(k).second) order.push_back(k);
-            else if (duplicate.empty()) duplicate = k;
-        } else if (depth == 2 && in_metadata && metadata_seen.insert(k).second) {
-            metadata_order.push_back(k);
-        }
+        if (!root_is_object) return true;
+        if (depth == 1) top_key(k);
+        else if (depth == 2 && in_metadata) member = k;
+        else if (depth == 2) field = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape : k == "data_offsets" ? Field::offsets : Field::none;
         return true;
     }
-    bool start_object(std::size_t) override { return ++depth, true; }
-    bool end_object() override { return --depth, true; }
-    bool start_array(std::size_t) override { return ++depth, true; }
-    bool end_array() override { return --depth, true; }
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+    bool start_object(std::size_t) override {
+        if (depth == 0) root_is_object = true;
+        else if (depth != 1) value(false, nullptr, false, 0, true);  // at depth 1, the object a name should hold
+        if (depth >= 3) ++field_depth;
+        ++depth;
+        return true;
+    }
+    bool end_object() override {
+        --depth;
+        if (depth >= 3) --field_depth;
+        return true;
+    }
+    bool start_array(std::size_t) override {
+        if (root_is_object && depth == 2 && !in_metadata && (field == Field::shape || field == Field::offsets)) {
+            Fields& t = tensors.back();
+            if (field == Field::shape) {
+                t.shape_is_array = true, t.shape_ok = true;
+                t.shape.clear();
+            } else {
+                t.offsets_is_array = true, t.offsets_ok = true;
+                t.offsets.clear();
+            }
+        } else {
+            value(false, nullptr, false, 0, true);
+        }
+        if (depth >= 3) ++field_depth;
+        ++depth;
+        return true;
+    }
+    bool end_array() override {
+        --depth;
+        if (depth >= 3) --field_depth;
+        return true;
+    }
+    bool null() override { return value(false, nullptr, false, 0, false), true; }
+    bool boolean(bool) override { return value(false, nullptr, false, 0, false), true; }
+    bool number_integer(number_integer_t) override { return value(false, nullptr, false, 0, false), true; }
+    bool number_unsigned(number_unsigned_t u) override { return value(false, nullptr, true, u, false), true; }
+    bool number_float(number_float_t f, const string_t&) override {
+        if (!std::isfinite(f)) return out_of_range = true, false;  // as the parser does itself (out_of_range.406)
+        return value(false, nullptr, false, 0, false), true;
+    }
+    bool string(string_t& s) override { return value(true, &s, false, 0, false), true; }
+    bool binary(binary_t&) override { return value(false, nullptr, false, 0, false), true; }
+    bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+        auto* pe = dynamic_cast<const nlohmann::detail::parse_error*>(&e);
+        error_byte = pe ? pe->byte : position;
+        if (dynamic_cast<const nlohmann::detail::out_of_range*>(&e)) out_of_range = true;  // out_of_range.406
+        return false;
+    }
 };
 
 }  // namespace
@@ -93,65 +212,51 @@ SafetensorsHeader read_safetensors(ByteView file) {
         broken("header length " + std::to_string(h.header_size) + " runs past the end of the file (" +
                    std::to_string(file.size) + " bytes; truncated?)", 0);
     const uint8_t* text = file.data + 8;
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text, text + h.header_size);
-    } catch (const nlohmann::json::parse_error& e) {
-        broken("header is not valid JSON (at header byte " + std::to_string(e.byte) + ")", 8);
-    } catch (const nlohmann::json::exception&) {
-        // out_of_range.406, a number too large for a double: found by fuzz_safetensors.
-        broken("header holds a number out of range", 8);
+    HeaderReader r;
+    if (!nlohmann::json::sax_parse(text, text + h.header_size, &r)) {
+        if (r.out_of_range) broken("header holds a number out of range", 8);  // found by fuzz_safetensors
+        broken("header is not valid JSON (at header byte " + std::to_string(r.error_byte) + ")", 8);
     }
-    // The tensors are listed in header order, which a second pass over the text gives (keys only,
-    // no document): an ordered_json document searches its members on every insert, and the
-    // parser's callback form scans the parent object at every object's end — both quadratic
-    // (measured: convert of 100,000 tensors, which reads its output back, took 246 s).
-    HeaderKeys keys;
-    nlohmann::json::sax_parse(text, text + h.header_size, &keys);
-    bool duplicate = !keys.duplicate.empty();
-    const std::string& duplicate_name = keys.duplicate;
-    const std::vector<std::string>& order = keys.order;
-    const std::vector<std::string>& metadata_order = keys.metadata_order;
-    if (!j.is_object()) broken("header is not a JSON object", 8);
-    if (duplicate) broken("name \"" + duplicate_name + "\" appears twice in the header", 8);
+    if (!r.root_is_object) broken("header is not a JSON object", 8);
+    if (!r.duplicate.empty()) broken("name \"" + r.duplicate + "\" appears twice in the header", 8);
 
     uint64_t buffer = 8 + h.header_size;
-    for (const std::string& name : order) {
-        const nlohmann::json& v = j.at(name);
-        if (name == "__metadata__") {
-            if (!v.is_object()) broken("__metadata__ is not an object of strings (a tensor named __metadata__?)", 8);
-            for (const std::string& key : metadata_order) {
-                const nlohmann::json& m = v.at(key);
-                if (!m.is_string()) broken("__metadata__[\"" + key + "\"] is not a string", 8);
-                h.metadata.push_back({key, m.get<std::string>()});
-            }
-            continue;
-        }
+    h.tensors.reserve(r.tensors.size());
+    // In header order, __metadata__ in its place among the tensors: the first broken rule is the one said.
+    bool metadata_checked = !r.seen.count("__metadata__");
+    auto check_metadata = [&] {
+        if (r.metadata_not_object) broken("__metadata__ is not an object of strings (a tensor named __metadata__?)", 8);
+        for (size_t m = 0; m < r.metadata.size(); ++m)
+            if (!r.metadata_string[m]) broken("__metadata__[\"" + r.metadata[m].first + "\"] is not a string", 8);
+        h.metadata = std::move(r.metadata);
+        metadata_checked = true;
+    };
+    for (size_t i = 0; i < r.tensors.size(); ++i) {
+        if (!metadata_checked && i == r.metadata_place) check_metadata();
+        HeaderReader::Fields& f = r.tensors[i];
+        const std::string& name = f.name;
         auto where = [&](const std::string& what) { broken("tensor \"" + name + "\": " + what, 8); };
-        if (!v.is_object()) where("entry is not an object");
-        if (!v.contains("dtype") || !v["dtype"].is_string()) where("no \"dtype\" string");
-        if (!v.contains("shape") || !v["shape"].is_array()) where("no \"shape\" list");
-        if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
-            where("no \"data_offsets\" pair");
+        if (!f.is_object) where("entry is not an object");
+        if (f.dtype_kind != 1) where("no \"dtype\" string");
+        if (!f.shape_is_array) where("no \"shape\" list");
+        if (!f.offsets_is_array || f.offsets.size() != 2) where("no \"data_offsets\" pair");
         SafetensorsTensor t;
-        t.name = name;
-        std::string dt = v["dtype"].get<std::string>();
+        const std::string& dt = f.dtype;
         auto d = dtype_from_safetensors(dt);
         if (!d) throw Error(ErrorKind::unsupported, "", "safetensors: tensor \"" + name + "\": unknown dtype \"" + dt + "\"", 8);
         t.dtype = *d;
         t.numel = 1;
-        for (const auto& dim : v["shape"]) {
-            if (!dim.is_number_unsigned()) where("\"shape\" holds something other than non-negative integers");
-            uint64_t n = dim.get<uint64_t>();
+        if (!f.shape_ok) where("\"shape\" holds something other than non-negative integers");
+        t.shape.reserve(f.shape.size());
+        for (uint64_t n : f.shape) {
             if (n > static_cast<uint64_t>(INT64_MAX)) where("dimension too large");
             auto p = checked_mul(t.numel, n);
             if (!p) where("element count overflows");
             t.numel = *p;
             t.shape.push_back(static_cast<int64_t>(n));
         }
-        const auto& off = v["data_offsets"];
-        if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) where("\"data_offsets\" are not non-negative integers");
-        uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+        if (!f.offsets_ok) where("\"data_offsets\" are not non-negative integers");
+        uint64_t b = f.offsets[0], e = f.offsets[1];
         auto bytes = checked_mul(t.numel, dtype_size(t.dtype));
         if (!bytes || e < b || e - b != *bytes)
             where("data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") hold " +
@@ -162,8 +267,10 @@ SafetensorsHeader read_safetensors(ByteView file) {
             where("data_offsets run past the end of the file (truncated?)");
         t.begin = *fb;
         t.end = *fe;
+        t.name = std::move(f.name);
         h.tensors.push_back(std::move(t));
     }
+    if (!metadata_checked) check_metadata();
 
     // The tensors tile the buffer exactly: sorted by offset, each begins where the previous ended.
     std::vector<const SafetensorsTensor*> by_offset;
@@ -228,7 +335,13 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
     c.metadata = std::move(h.metadata);
     c.metadata_size = h.header_size;  // the header plays the pickle's part
     Value* root = c.arena.make(ValueKind::dict, 8);
-    for (const SafetensorsTensor& st : h.tensors) {
+    size_t n = c.tensors.size() + h.tensors.size();
+    c.storages.reserve(n);
+    c.tensors.reserve(n);
+    c.records.reserve(n);
+    c.record_ranges.reserve(n);
+    c.record_by_name.reserve(n);
+    for (SafetensorsTensor& st : h.tensors) {
         StorageInfo s;
         s.key = st.name;
         s.dtype = st.dtype;
@@ -250,10 +363,10 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
         key->s = c.arena.own(st.name);
         Value* tv = c.arena.make(ValueKind::tensor, st.begin);
         tv->i = static_cast<int64_t>(c.tensors.size());
-        tv->s = c.arena.own(std::string(dtype_name(st.dtype)));
+        tv->s = dtype_name(st.dtype);  // static text
         c.arena.append(root->entries, key);
         c.arena.append(root->entries, tv);
-        c.add_record({st.name, st.end - st.begin, false, 0, {}});
+        c.add_record({std::move(st.name), st.end - st.begin, false, 0, {}});
         c.record_ranges.push_back({st.begin, st.end});
         c.storages.push_back(std::move(s));
         c.tensors.push_back(std::move(t));

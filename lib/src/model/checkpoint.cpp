@@ -197,6 +197,20 @@ std::optional<size_t> Checkpoint::Contents::record_index(const std::string& name
 }
 std::optional<size_t> Checkpoint::record_index(const std::string& name) const { return m->record_index(name); }
 
+void Checkpoint::Contents::keep_records_only() {
+    root = nullptr;
+    std::vector<StorageInfo>().swap(storages);
+    std::vector<TensorInfo>().swap(tensors);
+    std::vector<Entry>().swap(entries);
+    state_dict = StateDict();
+    std::vector<GlobalRef>().swap(globals);
+    std::vector<Problem>().swap(problems);
+    std::vector<std::pair<std::string, std::string>>().swap(metadata);
+    trace.reset();
+    pickle.reset();
+    arena.clear();
+}
+
 void Checkpoint::Contents::add_record(RecordInfo record) {
     record_by_name.insert(record.name, records.size(), [this](size_t i) -> std::string_view { return records[i].name; });
     records.push_back(std::move(record));

@@ -60,6 +60,10 @@ struct Checkpoint::Contents {
     // archives): `part`'s records, storages, tensors, problems and globals joined under `name`, the
     // part kept open for its records' bytes. Returns the index of its first tensor here.
     size_t adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name);
+    // Frees all but what routes a record to its bytes (the records, their ranges, the container and
+    // the file): what a part keeps once its tables are joined into the whole's and nothing refers
+    // to its values any more. A sharded index of 100,000 tensors held every table twice.
+    void keep_records_only();
     std::vector<std::unique_ptr<Checkpoint>> shards;
     std::vector<std::string> shard_names;
     std::vector<std::pair<size_t, size_t>> record_owner;  // sharded: (shard, its record)
