@@ -188,7 +188,7 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         }
         matched[it->second] = 1;
         const TensorPrint& r = ref.tensors[it->second];
-        v.reference = r;
+        v.reference = std::make_shared<const TensorStats>(r.stats);
         std::string change = shape_or_dtype_change(a, r);
         if (!change.empty()) {
             v.status = "changed";
@@ -250,7 +250,7 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         v.print.dtype = r.dtype;
         v.print.shape = r.shape;
         v.print.readable = false;
-        v.reference = r;
+        v.reference = std::make_shared<const TensorStats>(r.stats);
         v.status = "missing";
         rep.tensors.push_back(std::move(v));
         rep.findings.push_back({"missing", r.key, r.key + " is in the reference, not in this file"});
@@ -414,9 +414,9 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
     rep.tensors.reserve(fp.tensors.size() + (ref ? ref->tensors.size() : 0));
     if (fingerprint_out) {
-        for (const auto& t : fp.tensors) rep.tensors.push_back({t, std::nullopt, "", "", 0});
+        for (const auto& t : fp.tensors) rep.tensors.push_back({t, nullptr, "", "", 0});
     } else {  // nobody wants the fingerprint itself: its prints move into the verdicts
-        for (auto& t : fp.tensors) rep.tensors.push_back({std::move(t), std::nullopt, "", "", 0});
+        for (auto& t : fp.tensors) rep.tensors.push_back({std::move(t), nullptr, "", "", 0});
         fp.tensors.clear();
     }
     if (ref) {
@@ -454,7 +454,7 @@ nlohmann::json to_json(const VerifyReport& r) {
         if (!v.print.readable) t["hash"] = nullptr;
         if (r.reference) {
             t["status"] = v.status;
-            t["reference"] = v.reference ? stats_json(v.reference->stats) : nlohmann::json(nullptr);
+            t["reference"] = v.reference ? stats_json(*v.reference) : nlohmann::json(nullptr);
             if (v.status == "drift") {
                 t["worst_stat"] = v.worst_stat;
                 t["relative_change"] = std::isinf(v.relative_change) ? nlohmann::json("inf") : nlohmann::json(v.relative_change);
