@@ -19,8 +19,9 @@ namespace {
     throw Error(ErrorKind::corrupt, "", "safetensors: " + what, offset);
 }
 
-// The header read in one pass of nlohmann's SAX parser: each tensor's fields as given (checked once its
-// object ends, in the order the rules below are listed), __metadata__'s members, the names in order.
+// The header read in one pass of nlohmann's SAX parser: each tensor's fields as given, __metadata__'s
+// members, the names in order; read_safetensors checks them after the parse, in header order and
+// rule by rule in the order it lists them, as it did over a document.
 // No document: a DOM of 1,000,000 tensors held some 3 KB a tensor, and looking each name up in it
 // (a std::map) cost more than the parse (docs/performance.md).
 struct HeaderReader : nlohmann::json_sax<nlohmann::json> {

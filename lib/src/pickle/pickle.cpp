@@ -28,7 +28,7 @@ namespace {
 // numbered as the VM numbers it: the count of distinct indices memoized before it). False when the
 // walk cannot tell: a DUP (a second reference the memo does not show), an opcode it cannot step
 // over, an index past 2^24 or written other than in plain digits. The VM then takes every memoized
-// value as fetched. Cost: some 1% of a run (a step per opcode, no values).
+// value as fetched. Cost: a step per opcode and no values, some 3% of inspect on 100,000 tensors.
 bool memo_fetches(ByteView pk, std::vector<bool>& fetched) {
     using namespace pickle_ops;
     constexpr uint64_t k_max = 1u << 24;
