@@ -4,7 +4,7 @@ JOBS ?= 2
 PY := /usr/bin/python3
 DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
 
-.PHONY: all deps build test test-torch2 test-torch2-ci torch2-root demo bench bench-detail clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
+.PHONY: all deps build test test-torch2 test-torch2-ci torch2-root demo bench bench-detail bench-many clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
 all: build
 
@@ -68,6 +68,8 @@ demo: deps build
 # `make bench`: every command against torch and the floor, one table a command, and the targets
 # (bench/run; docs/performance.md). BENCH_ARGS=--quick for the short run (no 1 GiB file, 3 runs).
 # `make bench-detail`: the four detailed benchmarks, one a command.
+# `make bench-many`: what one tensor costs, on 10,000 to 1,000,000 tensors and as a sharded
+# safetensors index (bench/many_tensors.py; BENCH_ARGS=--counts 10000,100000 for a short run).
 BENCH_ARGS ?=
 
 bench: deps build
@@ -78,6 +80,9 @@ bench-detail: deps build
 	$(PY) bench/strip_prefix_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/verify_bench.py --tool $(BUILD)/ckpt-tool
 	$(PY) bench/convert_bench.py --tool $(BUILD)/ckpt-tool
+
+bench-many: deps build
+	$(PY) bench/many_tensors.py --tool $(BUILD)/ckpt-tool $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -167,6 +167,19 @@ def run_once(launcher, c, timeout=None, leftovers_dir=None):
     return s
 
 
+def snapshot_tool(tool, scratch):
+    """Copies the binary (and the LibTorch backend it dlopens from beside itself) into scratch, so
+    that a rebuild during the run changes nothing. Returns the copy's path."""
+    bin_dir = os.path.join(scratch, "bin")
+    os.makedirs(bin_dir)
+    copy = os.path.join(bin_dir, os.path.basename(tool))
+    shutil.copy2(tool, copy)  # keeps the mtime, which the header reports as "built"
+    backend = os.path.join(os.path.dirname(tool), "libckpt-torch.so")
+    if os.path.exists(backend):
+        shutil.copy2(backend, bin_dir)
+    return copy
+
+
 def round_robin(rows, one, warmup, verbose=False, tag="", cell_budget=None):
     """Runs every row (one(row) gives a sample) round-robin: warmup untimed rounds, then up to
     row["runs"] timed ones, and summarises each. A row that fails is not run again (its "error"
