@@ -122,11 +122,16 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
     bool start_object(std::size_t) override {
         if (depth == 0) root_is_object = true;
         else if (depth != 1) value(false, nullptr, false, 0, true);  // at depth 1, the object a name should hold
+        return enter();
+    }
+    bool end_object() override { return leave(); }
+    // Into and out of a container: below a field's array, the nesting of its elements is counted.
+    bool enter() {
         if (depth >= 3) ++field_depth;
         ++depth;
         return true;
     }
-    bool end_object() override {
+    bool leave() {
         --depth;
         if (depth >= 3) --field_depth;
         return true;
@@ -144,15 +149,9 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
         } else {
             value(false, nullptr, false, 0, true);
         }
-        if (depth >= 3) ++field_depth;
-        ++depth;
-        return true;
+        return enter();
     }
-    bool end_array() override {
-        --depth;
-        if (depth >= 3) --field_depth;
-        return true;
-    }
+    bool end_array() override { return leave(); }
     bool null() override { return value(false, nullptr, false, 0, false), true; }
     bool boolean(bool) override { return value(false, nullptr, false, 0, false), true; }
     bool number_integer(number_integer_t) override { return value(false, nullptr, false, 0, false), true; }
