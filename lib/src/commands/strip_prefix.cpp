@@ -191,7 +191,8 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     ByteView pk = c.pickle_bytes();
     const Value* sd = c.state_dict().value;
     const Value* md = metadata_of(sd);
-    // Each rename's old name indexed once (a StringIndex over the plan's rows, as in make_plan).
+    // Each rename's old name indexed once (a StringIndex over the plan's rows, as plan_rename indexes
+    // the new names).
     struct Renames {
         const std::vector<KeyRename>& rows;
         StringIndex index;
