@@ -11,7 +11,6 @@
 #include "ckpt/globals.hpp"
 #include "base/string_index.hpp"
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <unordered_map>
@@ -24,52 +23,6 @@ Value* PickleHooks::persistent_load(Value* /*pid*/, uint64_t offset) {
 
 namespace {
 
-// The memo indices that some GET of `pk` reads, by a walk over its opcodes up to STOP (MEMOIZE
-// numbered as the VM numbers it: the count of distinct indices memoized before it). False when the
-// walk cannot tell: a DUP (a second reference the memo does not show), an opcode it cannot step
-// over, an index past 2^24 or written other than in plain digits. The VM then takes every memoized
-// value as fetched. Cost: a step per opcode and no values, some 3% of inspect on 100,000 tensors.
-bool memo_fetches(ByteView pk, std::vector<bool>& fetched) {
-    using namespace pickle_ops;
-    constexpr uint64_t k_max = 1u << 24;
-    std::vector<bool> put;
-    uint64_t count = 0;
-    auto line_index = [&](const Span& sp, uint64_t& out) {
-        if (sp.end - sp.payload < 2) return false;
-        out = 0;
-        for (uint64_t p = sp.payload; p + 1 < sp.end; ++p) {
-            uint8_t d = pk.data[p];
-            if (d < '0' || d > '9' || out >= k_max) return false;
-            out = out * 10 + (d - '0');
-        }
-        return true;
-    };
-    for (uint64_t pos = 0; pos < pk.size;) {
-        uint8_t op = pk.data[pos];
-        Span sp = span(pk, pos);
-        if (!sp.end) return false;
-        uint64_t index = 0;
-        switch (op) {
-            case STOP: return true;
-            case DUP: return false;
-            case BINGET: case BINPUT: index = pk.data[sp.payload]; break;
-            case LONG_BINGET: case LONG_BINPUT:
-                for (int k = 4; k-- > 0;) index = (index << 8) | pk.data[sp.payload + k];
-                break;
-            case GET: case PUT: if (!line_index(sp, index)) return false; break;
-            case MEMOIZE: index = count; break;
-            default: pos = sp.end; continue;
-        }
-        if (index >= k_max) return false;
-        std::vector<bool>& set = op == BINGET || op == LONG_BINGET || op == GET ? fetched : put;
-        if (set.size() <= index) set.resize(std::max<uint64_t>(index + 1, set.size() * 2));
-        if (&set == &put && !put[index]) ++count;
-        set[index] = true;
-        pos = sp.end;
-    }
-    return false;
-}
-
 class Machine {
 public:
     Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
@@ -78,7 +31,7 @@ public:
           m_limits(limits), m_trace(trace) {
         // What a hook may give back to the arena is known only with a map of the memo's fetches,
         // and a writer's trace keeps pointers to values of every kind.
-        m_recycle = !trace && memo_fetches(data, m_fetched);
+        m_recycle = !trace && pickle_ops::memo_fetches(data, m_fetched);
     }
     bool recycles() const { return m_recycle; }
 
@@ -333,7 +286,7 @@ private:
     std::vector<Value*> m_memo_dense;
     uint64_t m_memo_count = 0;
     bool m_recycle = false;
-    std::vector<bool> m_fetched;  // memo_fetches
+    std::vector<bool> m_fetched;  // pickle_ops::memo_fetches
     std::unordered_map<const Value*, StringIndex> m_dict_index;  // dict → position of each key in entries
     std::string m_key, m_key_at;  // canonical keys (scratch)
     uint64_t m_op_offset = 0;

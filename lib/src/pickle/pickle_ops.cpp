@@ -19,6 +19,7 @@
 // Integers are little-endian. LONG1/LONG4 carry little-endian two's complement bytes.
 #include "pickle/pickle_ops.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace ckpt::pickle_ops {
@@ -123,6 +124,44 @@ Span span(ByteView pk, uint64_t pos) {
         }
     }
     return {};
+}
+
+bool memo_fetches(ByteView pk, std::vector<bool>& fetched) {
+    constexpr uint64_t k_max = 1u << 24;
+    std::vector<bool> put;
+    uint64_t count = 0;
+    auto line_index = [&](const Span& sp, uint64_t& out) {
+        if (sp.end - sp.payload < 2) return false;
+        out = 0;
+        for (uint64_t p = sp.payload; p + 1 < sp.end; ++p) {
+            uint8_t d = pk.data[p];
+            if (d < '0' || d > '9' || out >= k_max) return false;
+            out = out * 10 + (d - '0');
+        }
+        return true;
+    };
+    for (uint64_t pos = 0; pos < pk.size;) {
+        uint8_t op = pk.data[pos];
+        Span sp = span(pk, pos);
+        if (!sp.end) return false;
+        uint64_t index = 0;
+        switch (op) {
+            case STOP: return true;
+            case DUP: return false;
+            case BINGET: case BINPUT: index = pk.data[sp.payload]; break;
+            case LONG_BINGET: case LONG_BINPUT: index = le(pk.data + sp.payload, 4); break;
+            case GET: case PUT: if (!line_index(sp, index)) return false; break;
+            case MEMOIZE: index = count; break;
+            default: pos = sp.end; continue;
+        }
+        if (index >= k_max) return false;
+        std::vector<bool>& set = op == BINGET || op == LONG_BINGET || op == GET ? fetched : put;
+        if (set.size() <= index) set.resize(std::max<uint64_t>(index + 1, set.size() * 2));
+        if (&set == &put && !put[index]) ++count;
+        set[index] = true;
+        pos = sp.end;
+    }
+    return false;
 }
 
 }  // namespace ckpt::pickle_ops

