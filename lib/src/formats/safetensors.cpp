@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "base/string_index.hpp"
 #include "ckpt/error.hpp"
 #include "io/json.hpp"
 #include "formats/format.hpp"
@@ -44,7 +44,8 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
     bool metadata_not_object = false;
     size_t metadata_place = 0;     // how many tensor names come before __metadata__
     std::string duplicate;         // the first name given twice
-    std::unordered_set<std::string> seen;
+    StringIndex names;           // the tensors' names, by row of tensors (no copy of a name)
+    bool metadata_seen = false;
     std::unordered_map<std::string, size_t> metadata_at;
     bool root_is_object = false;
     bool out_of_range = false;
@@ -58,15 +59,18 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
 
     void top_key(std::string& k) {
         in_metadata = k == "__metadata__";
-        if (!seen.insert(k).second) {
-            if (duplicate.empty()) duplicate = k;
-        } else if (in_metadata) {
-            metadata_place = tensors.size();
-        }
-        if (!in_metadata) {
+        bool fresh = true;
+        if (in_metadata) {
+            fresh = !metadata_seen;
+            if (fresh) metadata_place = tensors.size();
+            metadata_seen = true;
+        } else {
             tensors.emplace_back();
             tensors.back().name = std::move(k);
+            fresh = names.insert(tensors.back().name, tensors.size() - 1,
+                                 [this](size_t i) -> std::string_view { return tensors[i].name; }).second;
         }
+        if (!fresh && duplicate.empty()) duplicate = in_metadata ? "__metadata__" : tensors.back().name;
     }
     // A scalar or container start at `depth` (before any increment).
     void value(bool is_string, std::string* text, bool is_unsigned, uint64_t u, bool container) {
@@ -223,7 +227,7 @@ SafetensorsHeader read_safetensors(ByteView file) {
     uint64_t buffer = 8 + h.header_size;
     h.tensors.reserve(r.tensors.size());
     // In header order, __metadata__ in its place among the tensors: the first broken rule is the one said.
-    bool metadata_checked = !r.seen.count("__metadata__");
+    bool metadata_checked = !r.metadata_seen;
     auto check_metadata = [&] {
         if (r.metadata_not_object) broken("__metadata__ is not an object of strings (a tensor named __metadata__?)", 8);
         for (size_t m = 0; m < r.metadata.size(); ++m)
