@@ -40,6 +40,7 @@
 #include <cstring>
 
 #include "base/huge_pages.hpp"
+#include "io/output_writer.hpp"
 
 namespace ckpt {
 
@@ -230,7 +231,7 @@ uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e, int fd) const {
-    if (e.size < (64u << 10)) return data_offset(e);
+    if (e.size < OutputWriter::k_small) return data_offset(e);  // its bytes are read through the mapping too
     std::vector<uint8_t> buf(30 + e.name.size());
     ssize_t n;
     do {
