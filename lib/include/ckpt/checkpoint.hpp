@@ -168,7 +168,9 @@ struct RecordPiece {
 };
 
 struct RecordInfo {
-    std::string name;
+    // Lives as long as the checkpoint: in its file's mapping (a zip record's name in the central
+    // directory) or in text the checkpoint keeps (Checkpoint::Contents::names).
+    std::string_view name;
     uint64_t size = 0;
     bool has_crc = false;  // zip records carry a CRC-32; safetensors has none
     uint32_t crc32 = 0;

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/text_store.hpp"
+
 namespace ckpt {
 
 enum class ValueKind : uint8_t {
@@ -146,8 +148,9 @@ public:
     // built (100,000 tensors made 120 MiB of values, two thirds of it such arguments). Only while
     // the VM allows it (set_recycling: a run without a trace whose memo fetches it mapped before
     // running). `v` and its items are taken back recursively (two levels down), except what is
-    // shared or of a kind a hook may hold on to (tensors, storages, globals, objects …): only
-    // tuples, lists, scalars, strings and empty dicts.
+    // shared or of a kind a hook may hold on to (tensors, globals, objects …): only tuples, lists,
+    // scalars, strings, empty dicts and storages (TorchHooks makes a storage's value for each load,
+    // and keeps none; a value it hands out again it marks shared).
     void recycle(Value* v) { if (m_recycling) take_back(v, 3); }
     void set_recycling(bool on) { m_recycling = on; }
 
@@ -187,8 +190,7 @@ private:
     size_t m_value_left = 0, m_value_block = 0;  // values left; bytes of the last block asked for
     Value** m_slot_next = nullptr;   // the current block of list slots
     size_t m_slot_left = 0, m_slot_block = 0;    // the same for list slots
-    char* m_text_next = nullptr;
-    size_t m_text_left = 0;
+    TextStore m_texts;
     bool m_recycling = false;
     Value* m_free = nullptr;  // values given back, linked through Value::args
     static Value make_constant(ValueKind kind, int64_t i) {

@@ -136,8 +136,7 @@ void ValueArena::clear() {
     m_value_left = m_value_block = 0;
     m_slot_next = nullptr;
     m_slot_left = m_slot_block = 0;
-    m_text_next = nullptr;
-    m_text_left = 0;
+    m_texts.clear();
     m_free = nullptr;
     m_count = 0;
 }
@@ -232,28 +231,7 @@ ValueList ValueArena::list_of(ValueSpan values) {
     return out;
 }
 
-std::string_view ValueArena::own(std::string_view text) {
-    if (text.empty()) return {};
-    constexpr size_t chunk = 64 * 1024;
-    if (text.size() > m_text_left) {
-        if (text.size() > chunk / 4) {  // a long text gets a block of its own
-            size_t bytes = text.size();
-            m_blocks.push_back(new_block(bytes));
-            char* p = static_cast<char*>(m_blocks.back().get());
-            std::memcpy(p, text.data(), text.size());
-            return {p, text.size()};
-        }
-        size_t bytes = chunk;
-        m_blocks.push_back(new_block(bytes));
-        m_text_next = static_cast<char*>(m_blocks.back().get());
-        m_text_left = chunk;
-    }
-    std::memcpy(m_text_next, text.data(), text.size());
-    std::string_view out(m_text_next, text.size());
-    m_text_next += text.size();
-    m_text_left -= text.size();
-    return out;
-}
+std::string_view ValueArena::own(std::string_view text) { return m_texts.keep(text); }
 
 void ValueArena::take_back(Value* v, int levels) {
     if (v->shared) return;
@@ -268,8 +246,9 @@ void ValueArena::take_back(Value* v, int levels) {
             break;
         case ValueKind::integer: case ValueKind::big_integer: case ValueKind::floating: case ValueKind::complex:
         case ValueKind::string: case ValueKind::bytes:
+        case ValueKind::storage:  // a value made for one load of a storage (TorchHooks), unless shared
             break;
-        default: return;  // a hook may hold on to these (a storage's value, a global, an object)
+        default: return;  // a hook may hold on to these (a tensor's value, a global, an object)
     }
     v->kind = ValueKind::none;
     v->shared = true;  // taken back once only, whatever else still names it by mistake

@@ -256,10 +256,10 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     SourceHashes source(c, hashes, rq.verify);
     AtomicFile out(rq.output);
     size_t records = 0;
-    r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](size_t record, const std::string& name, ZipWriter& w) {
+    r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](size_t record, std::string_view name, ZipWriter& w) {
         done += c.records()[record].size;
         if (rq.progress) rq.progress(done, total);
-        auto it = cast_record.find(c.records()[record].name);
+        auto it = cast_record.find(std::string(c.records()[record].name));
         if (it == cast_record.end()) return false;
         DType from = c.storages()[it->second].dtype;
         RecordData data = c.record_data(record);

@@ -164,8 +164,9 @@ void scan_zip(PickleScanner& s, ScanReport& r, ByteView bytes, uint64_t base) {
                                            "a reader that walks local headers sees another file there"});
     for (const ZipEntry& e : zip.entries()) {
         if (storage_record(e.name) || ends_with(e.name, ".py")) continue;
+        const std::string name(e.name);
         if ((e.flags & 1) && (e.method == 99 || (e.method == 0 && e.compressed_size == e.size + 12))) {
-            s.note("encrypted_member", e.name, base + e.local_header_offset,
+            s.note("encrypted_member", name, base + e.local_header_offset,
                    "an encrypted member, not scanned: torch.load cannot read it either");
             continue;
         }
@@ -175,10 +176,10 @@ void scan_zip(PickleScanner& s, ScanReport& r, ByteView bytes, uint64_t base) {
             if (!pkl && !npy_start(head.view()) && !pickle_start(head.view())) continue;
             RecordData d = zip.record_data(e);
             uint64_t at = base + (e.method == 0 ? zip.data_offset(e) : 0);
-            if (npy_start(d.view())) scan_npy(s, d.view(), at, e.name);
-            else scan_stacked(s, d.view(), at, e.name, !pkl);
+            if (npy_start(d.view())) scan_npy(s, d.view(), at, name);
+            else scan_stacked(s, d.view(), at, name, !pkl);
         } catch (const Error& x) {
-            s.note("parse_error", e.name, base + e.local_header_offset, "member not read: " + x.message());
+            s.note("parse_error", name, base + e.local_header_offset, "member not read: " + x.message());
         }
     }
 }

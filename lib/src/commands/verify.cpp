@@ -48,9 +48,9 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const Global
     std::string data_dir = c.zip_root() + "/data/";
     for (const RecordInfo& e : c.records())
         if (c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
-            !storage_records.count(e.name))
-            out.push_back({"unreferenced_record", e.name,
-                           "record " + e.name + " is not the storage of any tensor (left by another writer?)"});
+            !storage_records.count(std::string(e.name)))
+            out.push_back({"unreferenced_record", std::string(e.name),
+                           "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});
     for (const auto& t : fp.tensors) {
         if (t.stats.nan)
             out.push_back({"nan", t.key, t.key + " holds " + std::to_string(t.stats.nan) + " NaN of " +
@@ -91,8 +91,8 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
             ++records;
             bytes += e.size;
             if (got != e.crc32)
-                out.push_back({"crc_mismatch", where + ":" + e.name,
-                               where + ": record " + e.name + ": CRC-32 is " + hex32(got) + ", the zip directory says " + hex32(e.crc32) +
+                out.push_back({"crc_mismatch", where + ":" + std::string(e.name),
+                               where + ": record " + std::string(e.name) + ": CRC-32 is " + hex32(got) + ", the zip directory says " + hex32(e.crc32) +
                                    " (the bytes changed after they were written)"});
         }
         f->release(*view);

@@ -55,13 +55,13 @@ std::shared_ptr<GatherBuffer> gather_buffer(uint64_t size) {
 
 // Reads `n` bytes at `offset` of `f` into `out` (pread: from the page cache straight into the
 // buffer, no mapping faulted in); a short read is a truncated file.
-void read_at(const MappedFile& f, uint64_t offset, uint64_t n, uint8_t* out, const std::string& what) {
+void read_at(const MappedFile& f, uint64_t offset, uint64_t n, uint8_t* out, std::string_view what) {
     while (n) {
         ssize_t got = ::pread(f.fd(), out, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(offset));
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0)
             throw Error(ErrorKind::corrupt, f.path(),
-                        "bytes " + std::to_string(offset) + "+" + std::to_string(n) + " of " + what + " lie past the end of the file (" +
+                        "bytes " + std::to_string(offset) + "+" + std::to_string(n) + " of " + std::string(what) + " lie past the end of the file (" +
                             std::to_string(f.size()) + " bytes): truncated?");
         out += got;
         offset += static_cast<uint64_t>(got);
@@ -85,10 +85,10 @@ RecordData gather(const RecordInfo& r) {
         uint64_t wrote = cast ? n * dtype_size(p.to) : n;
         if (p.offset > f.size() || p.length > f.size() - p.offset)
             throw Error(ErrorKind::corrupt, f.path(),
-                        "bytes " + std::to_string(p.offset) + "+" + std::to_string(p.length) + " of " + r.name +
+                        "bytes " + std::to_string(p.offset) + "+" + std::to_string(p.length) + " of " + std::string(r.name) +
                             " lie past the end of the file (" + std::to_string(f.size()) + " bytes): truncated?");
         if (at + wrote > r.size)
-            throw Error(ErrorKind::corrupt, f.path(), "the pieces of " + r.name + " hold more than its " + std::to_string(r.size) + " bytes");
+            throw Error(ErrorKind::corrupt, f.path(), "the pieces of " + std::string(r.name) + " hold more than its " + std::to_string(r.size) + " bytes");
         if (!cast) {
             read_at(f, p.offset, p.length, out + at, r.name);
         } else {
@@ -101,7 +101,7 @@ RecordData gather(const RecordInfo& r) {
         at += wrote;
     }
     if (at != r.size)
-        throw Error(ErrorKind::corrupt, r.name, "its pieces hold " + std::to_string(at) + " of its " + std::to_string(r.size) + " bytes");
+        throw Error(ErrorKind::corrupt, std::string(r.name), "its pieces hold " + std::to_string(at) + " of its " + std::to_string(r.size) + " bytes");
     ByteView view{out, r.size};
     return RecordData(std::shared_ptr<const void>(buf, buf->data), view);
 }

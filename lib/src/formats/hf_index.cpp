@@ -46,7 +46,8 @@ size_t Checkpoint::Contents::adopt_part(std::unique_ptr<Checkpoint> part, const 
     size_t index = shards.size(), storage_base = storages.size(), tensor_base = tensors.size();
     for (size_t r = 0; r < part->records().size(); ++r) {
         RecordInfo rec = part->records()[r];
-        rec.name = name + ":" + rec.name;
+        std::string full = name + ":" + std::string(rec.name);
+        rec.name = full;
         add_record(rec);
         record_owner.push_back({index, r});
     }

@@ -160,7 +160,7 @@ uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd,
         if (root.empty()) root = "archive";
         w.add(root + "/data.pkl", pv, crc32_of(pv));
         for (size_t i = 0; i < c.records().size(); ++i) {
-            std::string name = root + "/data/" + c.records()[i].name;
+            std::string name = root + "/data/" + std::string(c.records()[i].name);
             if (custom && custom(i, name, w)) continue;
             RecordData d = c.record_data(i);  // no CRC in this format: it is taken here, then the kernel copies
             w.add_copy(name, c.file(), *c.record_file_offset(i), d.view().size, crc32_of(d.view()));

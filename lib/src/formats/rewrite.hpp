@@ -42,7 +42,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
 
 // Asked first for each record: input record index, its name in the output; returns true when it
 // wrote the record itself.
-using CustomRecord = std::function<bool(size_t record, const std::string& name, ZipWriter& w)>;
+using CustomRecord = std::function<bool(size_t record, std::string_view name, ZipWriter& w)>;
 
 // The checkpoint written to `fd` as torch writes a zip (STORED, 64-byte aligned): `pickle` for its
 // pickle; a zip's records in the same order, copied by the kernel (STORED) or inflated (DEFLATE); a

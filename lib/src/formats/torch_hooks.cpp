@@ -97,6 +97,7 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
                                                 std::to_string(whole.numel) + " elements)", offset);
     sv.value = m_arena.make(ValueKind::storage, offset);
     sv.value->i = root->i;
+    sv.value->shared = true;  // every load of the slice returns this value, which m_view_of knows it by
     sv.value->s = m_arena.own(std::string(dtype_name(whole.dtype)) + ", " + std::to_string(sv.numel) + " elements, key " + it->first +
                               ": elements " + std::to_string(sv.offset) + "–" + std::to_string(sv.offset + sv.numel) + " of storage " +
                               whole.key);
@@ -116,7 +117,7 @@ Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::stri
                                       std::string(dtype_name(s.dtype)) + "×" + std::to_string(s.numel) +
                                       " and as " + std::string(dtype_name(dtype)) + "×" +
                                       std::to_string(numel)});
-        return m_storage_values[known];
+        return storage_value(known, offset);
     }
     StorageInfo s;
     s.key = k;
@@ -130,17 +131,23 @@ Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::stri
     s.storage_class = m_class_name;
     if (!checked_mul(s.numel, dtype_size(s.dtype)))
         throw Error(ErrorKind::corrupt, "", m_record + ": storage " + std::string(k) + " size overflows", offset);
-    Value* v = m_arena.make(ValueKind::storage, offset);  // the id tuple may sit in the memo: a new value
-    v->i = static_cast<int64_t>(m_storages.size());
     std::string& text = m_scratch;  // one buffer for every storage's text: no allocation each
     text.assign(dtype_name(s.dtype)).append(", ");
     append_int(text, static_cast<int64_t>(s.numel));
     text.append(" elements, key ").append(k);
-    v->s = m_arena.own(text);
+    m_storage_text.push_back(m_arena.own(text));
     m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
-    m_storage_values.resize(m_storages.size());
-    m_storage_values.back() = v;
+    return storage_value(m_storages.size() - 1, offset);
+}
+
+Value* TorchHooks::storage_value(size_t pos, uint64_t offset) {
+    // A value of its own for each load of a storage (the id tuple may sit in the memo), which the
+    // rebuild that reads it gives back: nothing else holds a storage's value, so a tensor leaves
+    // none behind (120 bytes a tensor of a state dict).
+    Value* v = m_arena.make(ValueKind::storage, offset);
+    v->i = static_cast<int64_t>(pos);
+    v->s = m_storage_text[pos];
     return v;
 }
 

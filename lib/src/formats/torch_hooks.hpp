@@ -42,7 +42,7 @@ public:
         m_tensors.reserve(m_tensors.size() + n);
         advise_huge_pages(m_storages);
         advise_huge_pages(m_tensors);
-        m_storage_values.reserve(n);
+        m_storage_text.reserve(n);
         m_storage_by_key.reserve(n);
     }
     Value* global(Value* g, std::string_view written) override;
@@ -61,6 +61,7 @@ private:
     };
     Value* storage_value(const Value* cls, std::string_view key, std::string_view location, uint64_t numel, DType dtype,
                          uint64_t offset);
+    Value* storage_value(size_t pos, uint64_t offset);  // a new value of storage `pos`
     Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
     // A rebuild function of torch._utils, torch._tensor or nested tensors: the tensor, nullptr for
     // what is no tensor here; Error(unsupported) naming a rebuild function this reader does not know.
@@ -97,7 +98,7 @@ private:
     StringIndex m_storage_by_key;        // storage key → position in m_storages
     const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
     std::string_view m_class_name;
-    std::vector<Value*> m_storage_values;  // by position in m_storages: the value made for it
+    std::vector<std::string_view> m_storage_text;  // by position in m_storages: its values' text (in the arena)
     std::unordered_map<std::string, StorageView> m_views;          // view key → the slice (legacy files only)
     std::unordered_map<const Value*, const StorageView*> m_view_of;  // a slice's value → the slice
     BoundMethods m_methods;

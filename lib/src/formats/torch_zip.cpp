@@ -21,19 +21,19 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.records.reserve(entries.size());
     // A CRC-32 of 0 on a record that is not empty is torch 2.x saying it wrote none
     // (set_crc32_options(False), or skip_data()'s storages), not a checksum: the record is unchecked.
-    for (const auto& e : entries) c.add_record({e.name, e.size, e.crc32 != 0 || e.size == 0, e.crc32, {}});
+    for (const auto& e : entries) c.add_record_named_in_file({e.name, e.size, e.crc32 != 0 || e.size == 0, e.crc32, {}});
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
-    const std::string& first = entries.front().name;
+    std::string_view first = entries.front().name;
     size_t slash = first.find('/');
-    if (slash == std::string::npos && sniff_export(*c.zip)) {  // its records at the top level, not in a folder
+    if (slash == std::string_view::npos && sniff_export(*c.zip)) {  // its records at the top level, not in a folder
         c.records.clear();
         c.record_by_name = StringIndex();
         return read_export(c, options);
     }
-    if (slash == std::string::npos || slash == 0)
+    if (slash == std::string_view::npos || slash == 0)
         throw Error(ErrorKind::format, "",
-                    "zip archive whose first record '" + first + "' is not in a folder: not a torch.save file");
-    c.zip_root = first.substr(0, slash);
+                    "zip archive whose first record '" + std::string(first) + "' is not in a folder: not a torch.save file");
+    c.zip_root = std::string(first.substr(0, slash));
     std::string prefix = c.zip_root + "/";
     const ZipEntry* pkl = c.zip->find(prefix + "data.pkl");
     if (!pkl)
@@ -49,7 +49,7 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     auto small_text = [&](const std::string& name) -> std::optional<std::string> {
         const ZipEntry* e = c.zip->find(prefix + name);
         if (!e) return std::nullopt;
-        if (e->size > 64) throw Error(ErrorKind::corrupt, "", "record " + e->name + " is too large");
+        if (e->size > 64) throw Error(ErrorKind::corrupt, "", "record " + std::string(e->name) + " is too large");
         RecordData d = c.zip->record_data(*e);
         std::string s(d.view().as_chars());
         while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -68,9 +68,9 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.metadata_size = c.pickle->view().size;
     c.pickle_record = pkl->name;
     if (options.trace_pickle) c.trace = std::make_unique<PickleTrace>();
-    TorchHooks hooks(c.arena, c.storages, c.tensors, c.globals, c.problems, pkl->name);
+    TorchHooks hooks(c.arena, c.storages, c.tensors, c.globals, c.problems, c.pickle_record);
     hooks.reserve(entries.size());  // a hint: a record per storage, a tensor per storage as a rule
-    PickleResult r = run_pickle(c.pickle->view(), c.arena, hooks, pkl->name, base,
+    PickleResult r = run_pickle(c.pickle->view(), c.arena, hooks, c.pickle_record, base,
                                 options.pickle_limits, c.trace.get());
     hooks.finish();
     c.root = r.root;

@@ -158,7 +158,7 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
         r.u16le();
         r.u32le();
         e.local_header_offset = r.u32le();
-        e.name = std::string(r.bytes(name_len).as_chars());
+        e.name = r.bytes(name_len).as_chars();
         ByteReader x(r.bytes(extra_len), "zip extra field", r.file_offset() - extra_len);
         r.bytes(comment_len);
         while (x.remaining() >= 4) {
@@ -171,62 +171,62 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
             if (disk_start == 0xffff) disk_start = static_cast<uint16_t>(f.u32le());
         }
         if (disk_start != 0 && disk_start != 0xffff)
-            corrupt("entry '" + e.name + "' is on another disk", e.central_offset);
-        if ((e.flags & 0x1) && !limits.tolerant) corrupt("entry '" + e.name + "' is encrypted", e.central_offset);
+            corrupt("entry '" + std::string(e.name) + "' is on another disk", e.central_offset);
+        if ((e.flags & 0x1) && !limits.tolerant) corrupt("entry '" + std::string(e.name) + "' is encrypted", e.central_offset);
         if (e.method != 0 && e.method != 8 && !limits.tolerant)
             throw Error(ErrorKind::unsupported, "",
-                        "zip: entry '" + e.name + "' uses compression method " +
+                        "zip: entry '" + std::string(e.name) + "' uses compression method " +
                             std::to_string(e.method) + " (only stored and deflate are read)",
                         e.central_offset);
         if (e.method == 0 && e.compressed_size != e.size && !limits.tolerant)
-            corrupt("stored entry '" + e.name + "' has different compressed and plain sizes",
+            corrupt("stored entry '" + std::string(e.name) + "' has different compressed and plain sizes",
                     e.central_offset);
         // The record must fit before the central directory; checked without touching its bytes.
         auto end = checked_add(e.local_header_offset, k_local_fixed + name_len);
         auto data_end = end ? checked_add(*end, e.compressed_size) : std::nullopt;
         if (!data_end || *data_end > cd_offset)
-            corrupt("entry '" + e.name + "' (offset " + std::to_string(e.local_header_offset) +
+            corrupt("entry '" + std::string(e.name) + "' (offset " + std::to_string(e.local_header_offset) +
                         ", " + std::to_string(e.compressed_size) +
                         " bytes) runs past the start of the central directory",
                     e.central_offset);
         if (!zip.m_by_name.insert(e.name, zip.m_entries.size(), zip.name_at()).second && !limits.tolerant)
-            corrupt("duplicate entry '" + e.name + "'", e.central_offset);
+            corrupt("duplicate entry '" + std::string(e.name) + "'", e.central_offset);
         zip.m_entries.push_back(std::move(e));
     }
     return zip;
 }
 
-const ZipEntry* ZipArchive::find(const std::string& name) const {
+const ZipEntry* ZipArchive::find(std::string_view name) const {
     size_t pos = m_by_name.find(name, name_at());
     return pos == StringIndex::npos ? nullptr : &m_entries[pos];
 }
 
 uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
-    ByteReader r(header, "zip local header of '" + e.name + "'", e.local_header_offset);
+    ByteReader r(header, "zip local header of '" + std::string(e.name) + "'", e.local_header_offset);
     if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || r.u32le() != k_local_sig)
-        corrupt("bad local header signature for '" + e.name + "'", e.local_header_offset);
+        corrupt("bad local header signature for '" + std::string(e.name) + "'", e.local_header_offset);
     r.u16le();
     r.u16le();
     uint16_t method = r.u16le();
     r.seek(26);
     uint16_t name_len = r.u16le(), extra_len = r.u16le();
     if (method != e.method && !m_limits.tolerant)
-        corrupt("local header of '" + e.name + "' disagrees with the directory on the method",
+        corrupt("local header of '" + std::string(e.name) + "' disagrees with the directory on the method",
                 e.local_header_offset);
     if (!m_limits.tolerant && (name_len != e.name.size() || r.bytes(name_len).as_chars() != e.name))
-        corrupt("local header name differs from the directory's '" + e.name + "'",
+        corrupt("local header name differs from the directory's '" + std::string(e.name) + "'",
                 e.local_header_offset);
     uint64_t start = e.local_header_offset + 30 + name_len + extra_len;
     auto end = checked_add(start, e.compressed_size);
     if (!end || *end > m_cd_offset)
-        corrupt("data of '" + e.name + "' runs past the start of the central directory", start);
+        corrupt("data of '" + std::string(e.name) + "' runs past the start of the central directory", start);
     return start;
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
     // Tolerant: the local header's own name length counts, whatever the directory says.
     auto header = m_file.sub(e.local_header_offset, m_limits.tolerant ? 30 : 30 + e.name.size());
-    if (!header) corrupt("local header of '" + e.name + "' is past the end of the file", e.local_header_offset);
+    if (!header) corrupt("local header of '" + std::string(e.name) + "' is past the end of the file", e.local_header_offset);
     return check_local_header(e, *header);
 }
 
@@ -249,7 +249,7 @@ RecordData ZipArchive::record_prefix(const ZipEntry& e, uint64_t max) const {
     if (e.method == 0) return RecordData(max < raw.size ? *raw.sub(0, max) : raw);
     if (e.method != 8)
         throw Error(ErrorKind::unsupported, "",
-                    "zip: entry '" + e.name + "' uses compression method " + std::to_string(e.method) +
+                    "zip: entry '" + std::string(e.name) + "' uses compression method " + std::to_string(e.method) +
                         " (only stored and deflate are read)",
                     start);
     bool whole = max >= e.size;
@@ -257,13 +257,13 @@ RecordData ZipArchive::record_prefix(const ZipEntry& e, uint64_t max) const {
     // DEFLATE: refuse a size the directory does not justify before allocating anything.
     if (e.size > m_limits.max_inflated_size)
         throw Error(ErrorKind::limit, "",
-                    "zip: entry '" + e.name + "' inflates to " + std::to_string(e.size) +
+                    "zip: entry '" + std::string(e.name) + "' inflates to " + std::to_string(e.size) +
                         " bytes, over the limit of " + std::to_string(m_limits.max_inflated_size),
                     start);
     auto cap = checked_mul(std::max<uint64_t>(e.compressed_size, 1), m_limits.max_inflate_ratio);
     if (cap && e.size > *cap + 4096)
         throw Error(ErrorKind::limit, "",
-                    "zip: entry '" + e.name + "' claims a compression ratio over " +
+                    "zip: entry '" + std::string(e.name) + "' claims a compression ratio over " +
                         std::to_string(m_limits.max_inflate_ratio) + ":1 (a deflate bomb?)",
                     start);
     std::vector<uint8_t> out(whole ? e.size : max);
@@ -286,7 +286,7 @@ RecordData ZipArchive::record_prefix(const ZipEntry& e, uint64_t max) const {
     inflateEnd(&zs);
     if (!whole && out_done == out.size()) return RecordData(std::move(out));
     if (rc != Z_STREAM_END || out_done != e.size)
-        corrupt("deflate data of '" + e.name + "' is broken or does not inflate to the " +
+        corrupt("deflate data of '" + std::string(e.name) + "' is broken or does not inflate to the " +
                     std::to_string(e.size) + " bytes the directory says",
                 start);
     return RecordData(std::move(out));

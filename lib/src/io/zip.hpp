@@ -13,7 +13,7 @@
 namespace ckpt {
 
 struct ZipEntry {
-    std::string name;
+    std::string_view name;          // in the central directory: valid while the mapping is
     uint16_t method = 0;            // 0 STORED, 8 DEFLATE
     uint16_t flags = 0;
     uint32_t crc32 = 0;             // as recorded in the central directory
@@ -65,7 +65,7 @@ public:
     static bool sniff(ByteView file);
 
     const std::vector<ZipEntry>& entries() const { return m_entries; }
-    const ZipEntry* find(const std::string& name) const;
+    const ZipEntry* find(std::string_view name) const;
 
     // Where the record's data starts in the file (reads and checks the local header).
     uint64_t data_offset(const ZipEntry& entry) const;

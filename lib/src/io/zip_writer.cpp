@@ -18,8 +18,8 @@ void put64(std::string& b, uint64_t v) { append_le(b, v, 8); }
 
 }  // namespace
 
-void ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_t crc32) {
-    if (name.size() > 0xffff) throw Error(ErrorKind::usage, m_out.path(), "record name too long: " + name);
+void ZipWriter::begin_record(std::string_view name, uint64_t size, uint32_t crc32) {
+    if (name.size() > 0xffff) throw Error(ErrorKind::usage, m_out.path(), "record name too long: " + std::string(name));
     bool zip64 = size >= k_u32_max;
     uint64_t at = m_out.pos();
     uint64_t fixed = 30 + name.size() + (zip64 ? 20 : 0);
@@ -48,15 +48,15 @@ void ZipWriter::begin_record(const std::string& name, uint64_t size, uint32_t cr
     put16(h, pad);
     h.append(pad, 'Z');
     m_out.write(h.data(), h.size());
-    m_entries.push_back({name, crc32, size, at});
+    m_entries.push_back({std::string(name), crc32, size, at});
 }
 
-void ZipWriter::add(const std::string& name, ByteView data, uint32_t crc32) {
+void ZipWriter::add(std::string_view name, ByteView data, uint32_t crc32) {
     begin_record(name, data.size, crc32);
     m_out.write(data);
 }
 
-void ZipWriter::add_copy(const std::string& name, const MappedFile& src, uint64_t offset, uint64_t size,
+void ZipWriter::add_copy(std::string_view name, const MappedFile& src, uint64_t offset, uint64_t size,
                          uint32_t crc32) {
     begin_record(name, size, crc32);
     m_out.copy(src, offset, size);

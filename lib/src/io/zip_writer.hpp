@@ -29,9 +29,9 @@ public:
     ZipWriter(int fd, std::string path) : m_out(fd, std::move(path)) {}
 
     // A record from memory.
-    void add(const std::string& name, ByteView data, uint32_t crc32);
+    void add(std::string_view name, ByteView data, uint32_t crc32);
     // A record copied from `src` (bytes [offset, offset + size)) with a known CRC-32.
-    void add_copy(const std::string& name, const MappedFile& src, uint64_t offset, uint64_t size, uint32_t crc32);
+    void add_copy(std::string_view name, const MappedFile& src, uint64_t offset, uint64_t size, uint32_t crc32);
     // Central directory and end records, and everything still buffered. Returns the file's size.
     uint64_t finish();
 
@@ -43,7 +43,7 @@ private:
         uint32_t crc32;
         uint64_t size, header_offset;
     };
-    void begin_record(const std::string& name, uint64_t size, uint32_t crc32);
+    void begin_record(std::string_view name, uint64_t size, uint32_t crc32);
 
     OutputWriter m_out;
     std::string m_header;  // the local header being written (its buffer kept from record to record)

@@ -2,7 +2,6 @@
 // its bytes are its own, and every accessor answers from the Contents the format's reader filled.
 #include "ckpt/checkpoint.hpp"
 
-#include <unordered_set>
 
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
@@ -162,7 +161,7 @@ const ZipArchive& Checkpoint::zip() const {
 
 const MappedFile& Checkpoint::Contents::record_file(size_t i) const {
     if (dist) {
-        if (records[i].pieces.empty()) throw Error(ErrorKind::usage, path, "record " + records[i].name + " is empty: no file holds it");
+        if (records[i].pieces.empty()) throw Error(ErrorKind::usage, path, "record " + std::string(records[i].name) + " is empty: no file holds it");
         return *records[i].pieces.front().file;
     }
     if (!shards.empty()) return shards[record_owner[i].first]->record_file(record_owner[i].second);
@@ -212,6 +211,11 @@ void Checkpoint::Contents::keep_records_only() {
 }
 
 void Checkpoint::Contents::add_record(RecordInfo record) {
+    record.name = names.keep(record.name);
+    add_record_named_in_file(std::move(record));
+}
+
+void Checkpoint::Contents::add_record_named_in_file(RecordInfo record) {
     record_by_name.insert(record.name, records.size(), [this](size_t i) -> std::string_view { return records[i].name; });
     records.push_back(std::move(record));
 }
@@ -225,9 +229,13 @@ size_t Checkpoint::compressed_records() const {
 
 std::vector<size_t> Checkpoint::storage_users() const {
     std::vector<size_t> users(m->storages.size(), 0);
-    std::unordered_set<const Value*> seen;
+    // A tensor's value is its row of the table: the same tensor object reached twice is one index.
+    std::vector<bool> seen(m->tensors.size(), false);
     for (const Entry& e : m->entries)
-        if (e.tensor && m->tensors[*e.tensor].strided_view() && seen.insert(e.value).second) ++users[m->tensors[*e.tensor].storage];
+        if (e.tensor && m->tensors[*e.tensor].strided_view() && !seen[*e.tensor]) {
+            seen[*e.tensor] = true;
+            ++users[m->tensors[*e.tensor].storage];
+        }
     return users;
 }
 

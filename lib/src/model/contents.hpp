@@ -46,10 +46,16 @@ struct Checkpoint::Contents {
     std::vector<Problem> problems;
     std::vector<std::pair<std::string, std::string>> metadata;  // safetensors' __metadata__
 
+    // The names the tables view that are not in the file's mapping (RecordInfo::name …): kept
+    // apart from the arena's text, which keep_records_only frees.
+    TextStore names;
     std::vector<RecordInfo> records;
     std::vector<std::pair<uint64_t, uint64_t>> record_ranges;  // safetensors, legacy: [begin, end) in the file
     StringIndex record_by_name;  // the first record of each name
+    // Adds a record, keeping a copy of its name in `names` (the name need only live for the call).
     void add_record(RecordInfo record);
+    // The same for a record whose name is in the file's mapping already (a zip directory's).
+    void add_record_named_in_file(RecordInfo record);
     // Checkpoint's answers of the same names.
     RecordData record_data(size_t record) const;
     std::optional<size_t> record_index(const std::string& name) const;

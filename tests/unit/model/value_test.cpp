@@ -124,9 +124,21 @@ TEST_CASE("value: recycled values are handed out again, shared ones and constant
     CHECK(arena.none()->kind == ValueKind::none);
     for (Value* v : again) CHECK((v->kind == ValueKind::string && !v->shared && v->items.empty()));
     // Kinds a hook may hold on to are never taken back.
-    Value* storage = arena.make(ValueKind::storage);
-    arena.recycle(tuple_of({storage}));
+    Value* global = arena.make(ValueKind::global);
+    Value* tensor = arena.make(ValueKind::tensor);
+    arena.recycle(tuple_of({global, tensor}));
     Value* next = arena.make(ValueKind::string);
-    CHECK(next != storage);
-    CHECK(storage->kind == ValueKind::storage);
+    CHECK(next != global);
+    CHECK(next != tensor);
+    CHECK(global->kind == ValueKind::global);
+    CHECK(tensor->kind == ValueKind::tensor);
+    // A storage's value is made for one load (TorchHooks) and taken back, unless it is shared.
+    Value* storage = arena.make(ValueKind::storage);
+    Value* slice = arena.make(ValueKind::storage);
+    slice->shared = true;
+    arena.recycle(tuple_of({storage, slice}));
+    std::vector<Value*> later{arena.make(ValueKind::string), arena.make(ValueKind::string), arena.make(ValueKind::string)};
+    CHECK(std::count(later.begin(), later.end(), storage) == 1);
+    CHECK(std::count(later.begin(), later.end(), slice) == 0);
+    CHECK(slice->kind == ValueKind::storage);
 }

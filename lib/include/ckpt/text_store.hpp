@@ -1,0 +1,35 @@
+// Text kept for as long as its owner lives, in blocks that never move: a name costs its bytes and
+// no allocation of its own, and a std::string_view of it stays valid until clear(). The value
+// arena keeps its strings here; a checkpoint keeps the names its tables view (records, storages,
+// entries) in one of its own, which outlives the arena (Contents::keep_records_only).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace ckpt {
+
+class TextStore {
+public:
+    TextStore() = default;
+    TextStore(TextStore&&) = default;
+    TextStore& operator=(TextStore&&) = default;
+
+    // A copy of `text` (empty text is kept as an empty view).
+    std::string_view keep(std::string_view text);
+    // Several texts as one: "archive/data/" + "17" without building the string first.
+    std::string_view keep(std::string_view a, std::string_view b);
+    // Frees every text kept so far: no view of one may be used after.
+    void clear();
+
+private:
+    char* room(size_t n);
+
+    std::vector<std::unique_ptr<char[]>> m_blocks;
+    char* m_next = nullptr;
+    size_t m_left = 0;
+};
+
+}  // namespace ckpt
