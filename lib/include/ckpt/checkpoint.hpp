@@ -96,14 +96,15 @@ struct TensorInfo {
 };
 
 // A leaf of the value tree, by its dotted path from the root object.
+// Keys and names are text the checkpoint keeps (with its values): valid while it is open.
 struct Entry {
-    std::string key;
+    std::string_view key;
     const Value* value = nullptr;
     std::optional<size_t> tensor;  // index into Checkpoint::tensors when the leaf is a tensor
 };
 
 struct StateDictEntry {
-    std::string name;  // the key a model's load_state_dict sees ("conv1.weight")
+    std::string_view name;  // the key a model's load_state_dict sees ("conv1.weight")
     size_t entry = 0;  // index into Checkpoint::entries
 };
 

@@ -45,7 +45,7 @@ std::string target_format(const ConvertRequest& rq) {
 
 namespace detail {
 
-void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::string& name, const char* format) {
+void require_plain(const ConvertRequest& rq, const TensorInfo& t, std::string_view name, const char* format) {
     if (t.plain()) return;
     std::string what = t.no_data        ? "saved without its elements (on the " + (t.extra ? t.extra->device : std::string("meta")) + " device)"
                        : t.quantized()  ? "a quantized tensor (" + std::string(t.extra->qscheme) + ")"
@@ -53,7 +53,7 @@ void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::str
                                                                                   : std::string("a ") + layout_name(t.layout) + " tensor";
     bool whole = rq.weights_only || rq.rename;  // a pth copy of the whole checkpoint keeps it as it is
     throw Error(ErrorKind::unsupported, rq.input,
-                "tensor " + name + " is " + what + ", which " + format + " cannot hold" +
+                "tensor " + std::string(name) + " is " + what + ", which " + format + " cannot hold" +
                     (t.no_data ? "" : whole ? "; convert to .pth without --weights-only or --strip-prefix keeps it as it is"
                                             : "; convert to .pth keeps it as it is"));
 }
@@ -166,11 +166,12 @@ ConvertReport convert(const ConvertRequest& rq) {
     if (rq.rename) {  // the written names: each one once
         std::unordered_map<std::string, std::string> of;
         for (const auto& e : sd.entries) {
-            std::string n = rq.rename(e.name);
-            if (n.empty()) throw Error(ErrorKind::usage, rq.input, "the prefixes stripped leave tensor " + e.name + " without a name");
-            auto [it, fresh] = of.emplace(n, e.name);
-            if (!fresh) throw Error(ErrorKind::usage, rq.input, "stripping prefixes makes " + it->second + " and " + e.name + " both " + n);
-            if (n != e.name) r.renamed.push_back({n, e.name});
+            const std::string name(e.name);
+            std::string n = rq.rename(name);
+            if (n.empty()) throw Error(ErrorKind::usage, rq.input, "the prefixes stripped leave tensor " + name + " without a name");
+            auto [it, fresh] = of.emplace(n, name);
+            if (!fresh) throw Error(ErrorKind::usage, rq.input, "stripping prefixes makes " + it->second + " and " + name + " both " + n);
+            if (n != name) r.renamed.push_back({n, name});
         }
     }
     if (!rq.tree.empty()) {

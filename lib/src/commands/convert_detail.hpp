@@ -24,7 +24,7 @@ namespace ckpt::detail {
 // A state-dict writer (safetensors, a pth state dict written anew) writes plain tensors only: a
 // sparse, nested, quantized tensor or one without elements is Error(unsupported) naming it and
 // what keeps it (`format`: "safetensors" or "a new state dict").
-void require_plain(const ConvertRequest& rq, const TensorInfo& t, const std::string& name, const char* format);
+void require_plain(const ConvertRequest& rq, const TensorInfo& t, std::string_view name, const char* format);
 
 bool castable(DType d);
 // The dtype a tensor is written as: --dtype for floating-point tensors, integers and bools never.
@@ -105,6 +105,8 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
 // rq.tree: the chosen entries of the value tree as a plain dict (merge's output).
 void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r);
 // The name a state-dict tensor is written under (rq.rename).
-inline std::string written_name(const ConvertRequest& rq, const std::string& name) { return rq.rename ? rq.rename(name) : name; }
+inline std::string written_name(const ConvertRequest& rq, std::string_view name) {
+    return rq.rename ? rq.rename(std::string(name)) : std::string(name);
+}
 
 }  // namespace ckpt::detail

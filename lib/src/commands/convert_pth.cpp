@@ -200,9 +200,9 @@ void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out
     std::unordered_map<std::string, size_t> tensor_of;
     for (size_t i = 0; i < c.entries().size(); ++i) {
         const Entry &a = c.entries()[i], &b = back->entries()[i];
-        if (a.key != b.key || a.tensor.has_value() != b.tensor.has_value()) fail("entry " + a.key + " differs");
+        if (a.key != b.key || a.tensor.has_value() != b.tensor.has_value()) fail("entry " + std::string(a.key) + " differs");
         if (a.tensor) tensor_of.emplace(a.key, *a.tensor);
-        else if (repr(a.value, 256) != repr(b.value, 256)) fail(a.key + " differs");
+        else if (repr(a.value, 256) != repr(b.value, 256)) fail(std::string(a.key) + " differs");
     }
     FingerprintOptions so;
     so.all = true;
@@ -237,9 +237,9 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
             const TensorInfo& t = c.tensors()[*c.entries()[e.entry].tensor];
             if (!castable(t.dtype) || t.dtype == *rq.dtype) continue;
             if (c.storages()[t.storage].dtype == DType::untyped)
-                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " views an untyped storage, which cannot be recast in place; use --weights-only");
+                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + std::string(e.name) + " views an untyped storage, which cannot be recast in place; use --weights-only");
             if (t.rebuild != "torch._utils._rebuild_tensor_v2" && t.rebuild != "torch._utils._rebuild_tensor")
-                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + e.name + " is rebuilt by " + std::string(t.rebuild) + ", which names its dtype itself; use --weights-only");
+                throw Error(ErrorKind::unsupported, rq.input, "--dtype: " + std::string(e.name) + " is rebuilt by " + std::string(t.rebuild) + ", which names its dtype itself; use --weights-only");
             retype[t.storage] = *rq.dtype;
         }
     }

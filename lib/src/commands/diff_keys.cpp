@@ -111,9 +111,9 @@ KeySet key_set_of(const Checkpoint& c) {
     ks.path = c.path();
     ks.kind = "checkpoint";
     ks.state_dict_path = sd.path;
-    auto tensor_info = [&](const std::string& name, const Value* v) {
+    auto tensor_info = [&](std::string_view name, const Value* v) {
         KeyInfo k;
-        k.name = name;
+        k.name = std::string(name);
         if (v && v->kind == ValueKind::tensor) {
             const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
             k.dtype = dtype_name(t.dtype);

@@ -108,7 +108,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     r.checkpoint = &c;
     r.options = options;
 
-    std::vector<const std::string*> sd_name(c.entries().size());  // entry index → state dict name
+    std::vector<const std::string_view*> sd_name(c.entries().size());  // entry index → state dict name
     for (const auto& e : c.state_dict().entries)
         if (!sd_name[e.entry]) sd_name[e.entry] = &e.name;
     std::vector<size_t> users = c.storage_users();
@@ -119,7 +119,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     for (size_t i = 0; i < c.entries().size(); ++i) {
         const Entry& e = c.entries()[i];
         if (!e.tensor) {
-            r.objects.push_back({e.key, type_name(e.value), repr(e.value, 300)});
+            r.objects.push_back({std::string(e.key), type_name(e.value), repr(e.value, 300)});
             continue;
         }
         const TensorInfo& t = c.tensors()[*e.tensor];

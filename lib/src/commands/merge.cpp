@@ -126,8 +126,8 @@ MergeReport merge(const MergeRequest& rq) {
     }
     if (cv.rename)
         for (const auto& e : sd.entries) {
-            std::string n = cv.rename(e.name);
-            if (n != e.name) r.renamed.push_back({n, e.name});
+            std::string n = cv.rename(std::string(e.name));
+            if (n != e.name) r.renamed.push_back({n, std::string(e.name)});
         }
     if (rq.dry_run) return r;
     c.reset();  // convert opens it again, with the writer's options

@@ -284,7 +284,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
         const TensorInfo& t = c.tensors()[*entry.tensor];
         if (!dtype_is_floating(t.dtype) || ends_with(e.name, "running_mean") || ends_with(e.name, "running_var"))
             continue;
-        params.push_back({e.name, &t});
+        params.push_back({std::string(e.name), &t});
     }
     // The shape a parameter's state says it has (its first state tensor that is not a scalar).
     auto state_shape = [&](const Value* fields) -> const std::vector<int64_t>* {

@@ -51,12 +51,13 @@ void read_export(Checkpoint::Contents& c, const OpenOptions& options) {
         size_t base = c.adopt_part(std::move(part), part_name);
         for (const auto& sd : p->state_dict().entries) {
             const Entry& entry = p->entries()[sd.entry];
-            if (seen.find(sd.name, name_at) != StringIndex::npos) {
-                c.problems.push_back({"export_duplicate", sd.name, "tensor " + sd.name + " is in both the state dict and the constants"});
+            const std::string name(sd.name);
+            if (seen.find(name, name_at) != StringIndex::npos) {
+                c.problems.push_back({"export_duplicate", name, "tensor " + name + " is in both the state dict and the constants"});
                 continue;
             }
-            seen.insert(sd.name, names.size(), name_at);
-            names.push_back(sd.name);
+            seen.insert(name, names.size(), name_at);
+            names.push_back(name);
             Value* key = c.arena.make(ValueKind::string, 0);
             key->s = c.arena.own(sd.name);
             Value* tv = c.arena.make(ValueKind::tensor, entry.value->offset);

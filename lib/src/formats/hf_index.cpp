@@ -138,24 +138,25 @@ std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const Op
         size_t tensor_base = c->adopt_part(std::move(owned), file);
         for (const auto& e : shard->state_dict().entries) {
             const Entry& entry = shard->entries()[e.entry];
-            size_t row = listed.find(e.name, map_name);
+            std::string_view name = e.name;
+            size_t row = listed.find(name, map_name);
             const std::string* held = row != StringIndex::npos ? holder[row] : nullptr;
             if (row == StringIndex::npos)
-                if (auto it = unlisted_holder.find(e.name); it != unlisted_holder.end()) held = &it->second;
+                if (auto it = unlisted_holder.find(std::string(name)); it != unlisted_holder.end()) held = &it->second;
             if (held) {
-                c->problems.push_back({"index_duplicate", e.name, "tensor " + e.name + " is in both " + *held + " and " + file});
+                c->problems.push_back({"index_duplicate", std::string(name), "tensor " + std::string(name) + " is in both " + *held + " and " + file});
                 continue;
             }
             if (row == StringIndex::npos) {
-                unlisted_holder.emplace(e.name, file);
-                c->problems.push_back({"index_unlisted", e.name, "tensor " + e.name + " of " + file + " is not in the index's weight_map"});
+                unlisted_holder.emplace(std::string(name), file);
+                c->problems.push_back({"index_unlisted", std::string(name), "tensor " + std::string(name) + " of " + file + " is not in the index's weight_map"});
             } else {
                 holder[row] = &file;
                 if (map[row].second != file)
-                    c->problems.push_back({"index_wrong_shard", e.name, "tensor " + e.name + " is in " + file + ", the index says " + map[row].second});
+                    c->problems.push_back({"index_wrong_shard", std::string(name), "tensor " + std::string(name) + " is in " + file + ", the index says " + map[row].second});
             }
             Value* key = c->arena.make(ValueKind::string, 0);
-            key->s = c->arena.own(e.name);
+            key->s = c->arena.own(name);
             Value* tv = c->arena.make(ValueKind::tensor, 0);
             tv->i = static_cast<int64_t>(tensor_base + *entry.tensor);
             tv->s = c->arena.own(std::string(dtype_name(c->tensors[tensor_base + *entry.tensor].dtype)));

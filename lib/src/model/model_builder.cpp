@@ -26,7 +26,7 @@ void ModelBuilder::build(bool own_storages) {
 
 void ModelBuilder::add_leaf(const std::string& key, const Value* v) {
     Entry e;
-    e.key = key;
+    e.key = c.arena.own(key);  // with the values the entries point at: keep_records_only frees both
     e.value = v;
     if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i);
     entry_by_key.insert(key, c.entries.size(), entry_key());

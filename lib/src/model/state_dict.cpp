@@ -36,7 +36,10 @@ void ModelBuilder::take_dict(const Value* d, const std::string& path) {
         }
         if (!path.empty()) full.assign(path).append(".").append(k->s);
         size_t entry = entry_by_key.find(path.empty() ? k->s : std::string_view(full), entry_key());
-        if (entry != StringIndex::npos) sd.entries.push_back({std::string(k->s), entry});
+        if (entry != StringIndex::npos) {  // the name is the end of the entry's key
+            std::string_view key = c.entries[entry].key;
+            sd.entries.push_back({key.substr(key.size() - k->s.size()), entry});
+        }
     }
     sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");
 }
@@ -64,7 +67,7 @@ void ModelBuilder::walk_module(const Value* m, const std::string& entry_path,
             std::string name(k->s);
             if (std::string(group) == "_buffers" && non_persistent.count(name)) continue;
             size_t entry = entry_by_key.find(join(join(entry_path, group), name), entry_key());
-            if (entry != StringIndex::npos) c.state_dict.entries.push_back({name_prefix + name, entry});
+            if (entry != StringIndex::npos) c.state_dict.entries.push_back({c.arena.own(name_prefix + name), entry});
         }
     }
     const Value* mods = st->get("_modules");

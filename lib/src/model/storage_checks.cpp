@@ -26,11 +26,11 @@ void ModelBuilder::check_storages() {
     }
     std::unordered_set<size_t> reported;
     // A sparse or nested tensor is checked through the tensors it is made of (its key, then the part's name).
-    std::function<void(const std::string&, size_t)> check = [&](const std::string& key, size_t i) {
+    std::function<void(std::string_view, size_t)> check = [&](std::string_view key, size_t i) {
         const TensorInfo& t = c.tensors[i];
         if (t.extra) {
-            for (const TensorPart& p : t.extra->parts) check(key + "." + std::string(p.name), p.tensor);
-            for (size_t k = 0; k < t.extra->components.size(); ++k) check(key + "[" + std::to_string(k) + "]", t.extra->components[k]);
+            for (const TensorPart& p : t.extra->parts) check(std::string(key) + "." + std::string(p.name), p.tensor);
+            for (size_t k = 0; k < t.extra->components.size(); ++k) check(std::string(key) + "[" + std::to_string(k) + "]", t.extra->components[k]);
         }
         if (!t.strided_view() || !reported.insert(i).second) return;
         const StorageInfo& s = c.storages[t.storage];
@@ -38,8 +38,8 @@ void ModelBuilder::check_storages() {
         uint64_t need = t.numel == 0 ? 0 : static_cast<uint64_t>(t.storage_offset) + t.extent;
         if (need > elem_capacity)
             c.problems.push_back(
-                {"out_of_bounds", key,
-                 "tensor " + key + " (offset " + std::to_string(t.storage_offset) + ", spans " +
+                {"out_of_bounds", std::string(key),
+                 "tensor " + std::string(key) + " (offset " + std::to_string(t.storage_offset) + ", spans " +
                      std::to_string(t.extent) + " elements) runs past the end of storage " + s.key +
                      " (" + std::to_string(elem_capacity) + " elements)"});
     };

@@ -244,7 +244,7 @@ TEST_CASE("pickle patch: renames keys in every opcode form and leaves shared str
     CHECK(r.plan.renamed.size() == 3);
     auto c = Checkpoint::open(out);
     std::vector<std::string> names;
-    for (const auto& e : c->state_dict().entries) names.push_back(e.name);
+    for (const auto& e : c->state_dict().entries) names.push_back(std::string(e.name));
     CHECK(names == std::vector<std::string>{"a", "b", "c"});
     CHECK(c->state_dict().path == "sd");
     CHECK(repr(c->root()->get("pre")) == "['module.c']");

@@ -49,7 +49,7 @@ TEST_CASE("checkpoint: keys, tensors, storages and the state dict of a training 
     CHECK(c->storages()[0].record_size == 24);
 
     std::vector<std::string> keys;
-    for (const auto& e : c->entries()) keys.push_back(e.key);
+    for (const auto& e : c->entries()) keys.push_back(std::string(e.key));
     CHECK(keys == std::vector<std::string>{"model.module.w", "model.module.b", "model.module.wt", "epoch", "alias"});
 
     const StateDict& sd = c->state_dict();
