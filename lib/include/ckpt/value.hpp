@@ -57,6 +57,19 @@ public:
         m_size = m_cap = o.m_size;
         return *this;
     }
+    // A list moved (list_of's result) keeps its room: its slots are its own.
+    ValueList(ValueList&& o) noexcept : m_data(o.m_data), m_size(o.m_size), m_cap(o.m_cap) {
+        o.m_data = nullptr;
+        o.m_size = o.m_cap = 0;
+    }
+    ValueList& operator=(ValueList&& o) noexcept {
+        m_data = o.m_data;
+        m_size = o.m_size;
+        m_cap = o.m_cap;
+        o.m_data = nullptr;
+        o.m_size = o.m_cap = 0;
+        return *this;
+    }
     size_t size() const { return m_size; }
     bool empty() const { return m_size == 0; }
     Value* operator[](size_t n) const { return m_data[n]; }
@@ -150,7 +163,9 @@ public:
     // running). `v` and its items are taken back recursively (two levels down), except what is
     // shared or of a kind a hook may hold on to (tensors, globals, objects …): only tuples, lists,
     // scalars, strings, empty dicts and storages (TorchHooks makes a storage's value for each load,
-    // and keeps none; a value it hands out again it marks shared).
+    // and keeps none; a value it hands out again it marks shared). A small list's slots are taken
+    // back with it, for the next list of its size: so no two lists may share slots while recycling
+    // is on (a hook copies a list into slots of its own: list_of).
     void recycle(Value* v) { if (m_recycling) take_back(v, 3); }
     void set_recycling(bool on) { m_recycling = on; }
 
@@ -193,6 +208,9 @@ private:
     TextStore m_texts;
     bool m_recycling = false;
     Value* m_free = nullptr;  // values given back, linked through Value::args
+    // Slots of lists given back, by capacity (below k_slot_classes), each linked through its first slot.
+    static constexpr size_t k_slot_classes = 17;
+    Value** m_free_slots[k_slot_classes] = {};
     static Value make_constant(ValueKind kind, int64_t i) {
         Value v;
         v.kind = kind;

@@ -138,6 +138,7 @@ void ValueArena::clear() {
     m_slot_left = m_slot_block = 0;
     m_texts.clear();
     m_free = nullptr;
+    std::fill(std::begin(m_free_slots), std::end(m_free_slots), nullptr);
     m_count = 0;
 }
 
@@ -188,6 +189,11 @@ Value* ValueArena::make(ValueKind kind, uint64_t offset) {
 
 Value** ValueArena::slots(size_t n) {
     constexpr size_t k_max_block = k_huge_page / sizeof(Value*);
+    if (n < k_slot_classes && m_free_slots[n]) {
+        Value** out = m_free_slots[n];
+        m_free_slots[n] = reinterpret_cast<Value**>(out[0]);
+        return out;
+    }
     if (n > m_slot_left) {
         if (n > k_max_block / 4) {  // a long list gets a block of its own
             size_t bytes = n * sizeof(Value*);
@@ -226,8 +232,14 @@ void ValueArena::append(ValueList& list, ValueSpan values) {
 }
 
 ValueList ValueArena::list_of(ValueSpan values) {
+    // Exactly its size: a tuple never grows (a list appended to later moves to a bigger block).
     ValueList out;
-    append(out, values);
+    if (values.empty()) return out;
+    if (values.size() > UINT32_MAX)
+        throw Error(ErrorKind::limit, "", "a container holds more than " + std::to_string(UINT32_MAX) + " items");
+    out.m_data = slots(values.size());
+    std::memcpy(out.m_data, values.data, values.size() * sizeof(Value*));
+    out.m_size = out.m_cap = static_cast<uint32_t>(values.size());
     return out;
 }
 
@@ -240,6 +252,14 @@ void ValueArena::take_back(Value* v, int levels) {
         case ValueKind::list:
             if (levels > 1)
                 for (Value* item : v->items) take_back(item, levels - 1);
+            // Its slots too: no other list shares them (a list is copied only into a fresh one
+            // while a pickle runs), and a small one is handed out again for a list of its size.
+            if (v->items.m_cap && v->items.m_cap < k_slot_classes) {
+                Value** data = v->items.m_data;
+                data[0] = reinterpret_cast<Value*>(m_free_slots[v->items.m_cap]);
+                m_free_slots[v->items.m_cap] = data;
+            }
+            v->items = ValueList();
             break;
         case ValueKind::dict:
             if (!v->entries.empty() || v->state) return;  // the VM indexes a dict's keys by its address

@@ -270,7 +270,10 @@ Value* TorchHooks::reduce(Value* made) {
     if (mod == "torch" && name == "Size" && a.size() == 1 && a[0]->kind == ValueKind::tuple) {
         const Value* sizes = a[0];
         Value* s = retype(made, ValueKind::tuple);
-        s->items = sizes->items;
+        // The tuple's items are the Size's too, and the tuple may be memoized: the arena must never
+        // take them back through the Size (a rebuild's argument), nor the Size's slots with them.
+        s->items = m_arena.list_of(sizes->items);
+        s->shared = true;
         s->depth = sizes->depth;
         s->s2 = "torch.Size";
         return s;
@@ -294,7 +297,8 @@ Value* TorchHooks::reduce(Value* made) {
         const Value* from = a.empty() ? nullptr : a[0];
         Value* s = retype(made, name == "set" ? ValueKind::set : ValueKind::frozenset);
         if (from) {
-            s->items = from->items;
+            s->items = m_arena.list_of(from->items);
+            s->shared = true;  // its items are the list's too (as a Size's above)
             s->depth = from->depth;
         }
         return s;

@@ -101,6 +101,33 @@ TEST_CASE("checkpoint: a tensor's size tuple fetched again from the memo survive
     CHECK(c->tensors()[1].stride == std::vector<int64_t>{1});
 }
 
+TEST_CASE("checkpoint: a memoized tuple a torch.Size was made of survives the recycling of the Size's slots") {
+    // a's size is torch.Size(T), T memoized and put into the dict again: the rebuild's arguments and
+    // their slots go back to the arena; the Size's slots must be its own, or b's tuples would reuse T's.
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark().str("a");
+    p.global("torch._utils", "_rebuild_tensor_v2").mark().storage("FloatStorage", "0", 300).integer(0);
+    p.global("torch", "Size").mark().mark().integer(300).tuple().binput(7).tuple().reduce();
+    p.mark().integer(1).tuple().newfalse();
+    p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
+    p.str("b").tensor("FloatStorage", "1", 300, 0, {300}, {1});
+    p.str("c").tensor("FloatStorage", "2", 300, 0, {300}, {1});
+    p.str("shape_of_a").binget(7).setitems().stop();
+    auto c = open_bytes("size.pth", testing::torch_zip("size", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}, {"2", floats(300)}}));
+    REQUIRE(c->entries().size() == 4);
+    CHECK(c->entries()[3].key == "shape_of_a");
+    const Value* shape = c->entries()[3].value;
+    REQUIRE(shape->kind == ValueKind::tuple);
+    REQUIRE(shape->items.size() == 1);
+    CHECK(shape->items[0]->kind == ValueKind::integer);
+    CHECK(shape->items[0]->i == 300);
+    REQUIRE(c->tensors().size() == 3);
+    for (const TensorInfo& t : c->tensors()) {
+        CHECK(t.shape == std::vector<int64_t>{300});
+        CHECK(t.stride == std::vector<int64_t>{1});
+    }
+}
+
 TEST_CASE("checkpoint: --state-dict-key overrides detection and names bad keys") {
     std::string zip = testing::torch_zip("train", training_pickle(), {{"0", floats(6)}, {"1", floats(3)}});
     OpenOptions o;

@@ -141,4 +141,18 @@ TEST_CASE("value: recycled values are handed out again, shared ones and constant
     CHECK(std::count(later.begin(), later.end(), storage) == 1);
     CHECK(std::count(later.begin(), later.end(), slice) == 0);
     CHECK(slice->kind == ValueKind::storage);
+    // A list's slots go back with it, for the next list of its size; a shared list keeps its own.
+    Value* gone = tuple_of({arena.integer(1001, 0), arena.integer(1002, 0), arena.integer(1003, 0)});
+    Value* kept_tuple = tuple_of({arena.integer(1001, 0), arena.integer(1002, 0), arena.integer(1003, 0)});
+    kept_tuple->shared = true;
+    Value* const* gone_slots = gone->items.begin();
+    arena.recycle(gone);
+    Value* fresh = tuple_of({arena.none(), arena.none(), arena.none()});
+    CHECK(fresh->items.begin() == gone_slots);
+    CHECK(fresh->items.size() == 3);
+    CHECK(fresh->items[0] == arena.none());
+    arena.recycle(kept_tuple);
+    Value* other = tuple_of({arena.none(), arena.none(), arena.none()});
+    CHECK(other->items.begin() != kept_tuple->items.begin());
+    CHECK(kept_tuple->items[1]->i == 1002);
 }
