@@ -50,15 +50,19 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
             a->options.progress = progress_line(global, "verify");
             auto c = ckpt::Checkpoint::open(a->file, open);
             ckpt::Fingerprint fp;
-            ckpt::VerifyReport report = ckpt::verify(*c, a->options, &fp);
+            // The fingerprint only when it is written: else its rows move into the report, not copied.
+            ckpt::VerifyReport report = ckpt::verify(*c, a->options, a->write_fingerprint.empty() ? nullptr : &fp);
             if (!a->write_fingerprint.empty()) {
                 ckpt::AtomicFile out(a->write_fingerprint);
-                std::string text = ckpt::to_json(fp).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-                ckpt::write_all(out.fd(), text.data(), text.size(), 0, a->write_fingerprint);
+                uint64_t at = 0;
+                ckpt::write_json(fp, [&](std::string_view text) {
+                    ckpt::write_all(out.fd(), text.data(), text.size(), at, a->write_fingerprint);
+                    at += text.size();
+                });
                 out.commit(true);
             }
             if (format == OutputFormat::json) {
-                std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+                ckpt::write_json(report, [](std::string_view text) { std::cout.write(text.data(), static_cast<std::streamsize>(text.size())); });
             } else {
                 if (format == OutputFormat::github) ckpt::render_github(ckpt::github_annotations(report), "verify", std::cout);
                 else ckpt::render_text(report, std::cout, {global.color_enabled()});

@@ -68,6 +68,9 @@ struct FingerprintOptions {
     std::function<bool(size_t tensor, TensorStats& out)> known;
     // Called now and then from the workers (under a lock) with bytes done and bytes in all.
     std::function<void(uint64_t, uint64_t)> progress;
+    // When set, each print is handed to it, in file order, and Fingerprint::tensors stays empty: a
+    // caller that keeps the prints in rows of its own (verify's verdicts) holds one table, not two.
+    std::function<void(TensorPrint&&)> take;
 };
 
 struct Fingerprint {
@@ -85,7 +88,12 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& options);
 // The documented JSON (docs/schema/fingerprint.schema.json); non-finite statistics are the strings
 // "nan", "inf", "-inf".
 nlohmann::json to_json(const Fingerprint& f);
+// The same text as to_json(f).dump(1) and a newline (the file --write-fingerprint writes), a row at
+// a time through `sink`.
+void write_json(const Fingerprint& f, const std::function<void(std::string_view)>& sink);
 nlohmann::json stats_json(const TensorStats& s);
+// One row of "tensors": key, dtype, shape and the statistics (verify's rows add to it).
+nlohmann::json print_json(const TensorPrint& t);
 // Reads a fingerprint back: a --write-fingerprint file, or the JSON of verify (its tensors carry the
 // same fields). Throws Error(format) naming `path` when it is neither.
 Fingerprint fingerprint_from_json(const std::string& path, const nlohmann::json& j);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -22,6 +23,18 @@ const char* tool_version();
 nlohmann::json tool_json();
 // What every --json report opens with: {"schema_version", "tool", "command"}; the command adds the rest.
 nlohmann::json report_head(const char* command);
+
+// Writes `doc` exactly as doc.dump(indent) lays it out, then a newline, through `sink` in pieces
+// of about 64 KiB, with each member named in `arrays` (an empty array at the top level of `doc`)
+// filled by its function, which hands over one row at a time: a report or fingerprint of 100,000
+// tensors is never one document (~1.5 KB a row as nlohmann's tree) in memory.
+using JsonRowSink = std::function<void(const nlohmann::json&)>;
+using JsonRows = std::function<void(const JsonRowSink&)>;
+void write_json_streamed(const nlohmann::json& doc, int indent, const std::vector<std::pair<std::string, JsonRows>>& arrays,
+                         const std::function<void(std::string_view)>& sink);
+// The same row appended to `buf` as an element of a top-level member's array ("[" before the first,
+// "," before the others), laid out as dump(indent) lays it out there.
+void append_json_row(std::string& buf, const nlohmann::json& row, int indent, bool& first);
 
 // 1536 → "1.5 KiB"; bytes below 1 KiB as "123 B".
 std::string human_bytes(uint64_t bytes);

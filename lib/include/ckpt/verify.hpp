@@ -54,8 +54,8 @@ struct TensorVerdict {
     // The reference's statistics (null without a reference, or for an extra tensor): a pointer, as an
     // inline optional made every verdict 260 bytes larger, with a reference or without one.
     std::shared_ptr<const TensorStats> reference;
-    std::string status;       // "" without a reference; "ok", "drift", "changed", "extra", "missing"
-    std::string worst_stat;   // drift: the statistic that moved most
+    std::string_view status;      // "" without a reference; "ok", "drift", "changed", "extra", "missing" (static text)
+    std::string_view worst_stat;  // drift: the statistic that moved most (static text)
     double relative_change = 0;
 };
 
@@ -81,6 +81,8 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& options, Fingerpri
 std::vector<Finding> check_optimizers(const Checkpoint& c);
 
 nlohmann::json to_json(const VerifyReport& r);
+// The same text as to_json(r).dump(2) and a newline, a row at a time through `sink`.
+void write_json(const VerifyReport& r, const std::function<void(std::string_view)>& sink);
 void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style);
 // `--format github`: one ::error per finding (every finding makes exit 1), on `r.file`, in the
 // report's order (integrity first, then drift worst first); render_github applies the cap.

@@ -231,14 +231,7 @@ public:
     }
     // A whole element from a document, laid out as dump(2) lays it out at that depth.
     void element(bool& first, const nlohmann::json& j) {
-        raw(first ? "[" : ",");
-        first = false;
-        newline(2);
-        std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-        for (char ch : text) {
-            if (ch == '\n') newline(2);
-            else m_buf += ch;
-        }
+        append_json_row(m_buf, j, 2, first);
         flush_if_full();
     }
     void end_element() {

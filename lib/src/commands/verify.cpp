@@ -36,7 +36,8 @@ std::string number_text(const std::optional<double>& v) {
     return repr_float(*v);
 }
 
-void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const GlobalPolicy& policy, std::vector<Finding>& out) {
+void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::vector<TensorVerdict>& verdicts,
+                        const GlobalPolicy& policy, std::vector<Finding>& out) {
     for (const auto& r : fp.records)
         if (!r.ok())
             out.push_back({"crc_mismatch", r.record,
@@ -51,7 +52,8 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const Global
             !storage_records.count(std::string(e.name)))
             out.push_back({"unreferenced_record", std::string(e.name),
                            "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});
-    for (const auto& t : fp.tensors) {
+    for (const auto& v : verdicts) {
+        const TensorPrint& t = v.print;
         if (t.stats.nan)
             out.push_back({"nan", t.key, t.key + " holds " + std::to_string(t.stats.nan) + " NaN of " +
                                              std::to_string(t.stats.count) + " values"});
@@ -241,6 +243,9 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     std::stable_sort(drift.begin(), drift.end(),
                      [](const Finding& x, const Finding& y) { return x.relative_change > y.relative_change; });
     rep.findings.insert(rep.findings.end(), drift.begin(), drift.end());
+    size_t missing = 0;  // room for them first: the verdicts are not moved to a table twice their size
+    for (const TensorPrint& r : ref.tensors) missing += !matched[by_key.at(r.key)];
+    rep.tensors.reserve(rep.tensors.size() + missing);
     for (size_t i = 0; i < ref.tensors.size(); ++i) {
         const TensorPrint& r = ref.tensors[i];
         if (matched[by_key.at(r.key)]) continue;  // a key twice in the reference: both by its first
@@ -401,24 +406,22 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     so.check_crc = true;
     so.threads = o.threads;
     so.progress = o.progress;
+    rep.tensors.reserve(o.all ? c.tensors().size() : c.state_dict().entries.size());
+    if (!fingerprint_out)  // nobody wants the fingerprint itself: its prints go into the verdicts
+        so.take = [&](TensorPrint&& t) { rep.tensors.push_back({std::move(t), nullptr, "", "", 0}); };
     Fingerprint fp = fingerprint(c, so);
+    if (fingerprint_out)
+        for (const auto& t : fp.tensors) rep.tensors.push_back({t, nullptr, "", "", 0});
     rep.records_checked = fp.records.size();
     for (const RecordInfo& e : c.records()) {
         rep.bytes_read += e.size;
         rep.records_without_crc += (c.format() == Format::torch_zip || c.format() == Format::torchscript) && !e.has_crc && e.size;
     }
 
-    integrity_findings(c, fp, *o.policy, rep.findings);
+    integrity_findings(c, fp, rep.tensors, *o.policy, rep.findings);
     if (c.dist()) dist_findings(c, rep.findings, rep.records_checked, rep.bytes_read);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
-    rep.tensors.reserve(fp.tensors.size() + (ref ? ref->tensors.size() : 0));
-    if (fingerprint_out) {
-        for (const auto& t : fp.tensors) rep.tensors.push_back({t, nullptr, "", "", 0});
-    } else {  // nobody wants the fingerprint itself: its prints move into the verdicts
-        for (auto& t : fp.tensors) rep.tensors.push_back({std::move(t), nullptr, "", "", 0});
-        fp.tensors.clear();
-    }
     if (ref) {
         if (!o.key_globs.empty())
             ref->tensors.erase(std::remove_if(ref->tensors.begin(), ref->tensors.end(),
@@ -430,7 +433,29 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     return rep;
 }
 
-nlohmann::json to_json(const VerifyReport& r) {
+namespace {
+
+nlohmann::json verdict_json(const VerifyReport& r, const TensorVerdict& v) {
+    nlohmann::json t = print_json(v.print);
+    if (r.reference) {
+        t["status"] = v.status;
+        t["reference"] = v.reference ? stats_json(*v.reference) : nlohmann::json(nullptr);
+        if (v.status == "drift") {
+            t["worst_stat"] = v.worst_stat;
+            t["relative_change"] = std::isinf(v.relative_change) ? nlohmann::json("inf") : nlohmann::json(v.relative_change);
+        }
+    }
+    return t;
+}
+
+nlohmann::json finding_json(const Finding& f) {
+    nlohmann::json x = {{"kind", f.kind}, {"key", f.key}, {"message", f.message}};
+    if (f.kind == "drift") x["relative_change"] = std::isinf(f.relative_change) ? nlohmann::json("inf") : nlohmann::json(f.relative_change);
+    return x;
+}
+
+// The report without its rows: "findings" and "tensors" are empty arrays.
+nlohmann::json verify_head(const VerifyReport& r) {
     nlohmann::json j = report_head("verify");
     j["file"] = r.file;
     j["reference"] = r.reference ? nlohmann::json(*r.reference) : nlohmann::json(nullptr);
@@ -440,30 +465,25 @@ nlohmann::json to_json(const VerifyReport& r) {
     j["records_checked"] = r.records_checked;
     j["records_without_crc"] = r.records_without_crc;
     j["bytes_read"] = r.bytes_read;
-    nlohmann::json findings = nlohmann::json::array();
-    for (const auto& f : r.findings) {
-        nlohmann::json x = {{"kind", f.kind}, {"key", f.key}, {"message", f.message}};
-        if (f.kind == "drift") x["relative_change"] = std::isinf(f.relative_change) ? nlohmann::json("inf") : nlohmann::json(f.relative_change);
-        findings.push_back(std::move(x));
-    }
-    j["findings"] = std::move(findings);
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& v : r.tensors) {
-        nlohmann::json t = {{"key", v.print.key}, {"dtype", v.print.dtype}, {"shape", v.print.shape}};
-        t.update(stats_json(v.print.stats));
-        if (!v.print.readable) t["hash"] = nullptr;
-        if (r.reference) {
-            t["status"] = v.status;
-            t["reference"] = v.reference ? stats_json(*v.reference) : nlohmann::json(nullptr);
-            if (v.status == "drift") {
-                t["worst_stat"] = v.worst_stat;
-                t["relative_change"] = std::isinf(v.relative_change) ? nlohmann::json("inf") : nlohmann::json(v.relative_change);
-            }
-        }
-        tensors.push_back(std::move(t));
-    }
-    j["tensors"] = std::move(tensors);
+    j["findings"] = nlohmann::json::array();
+    j["tensors"] = nlohmann::json::array();
     return j;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const VerifyReport& r) {
+    nlohmann::json j = verify_head(r);
+    for (const auto& f : r.findings) j["findings"].push_back(finding_json(f));
+    for (const auto& v : r.tensors) j["tensors"].push_back(verdict_json(r, v));
+    return j;
+}
+
+void write_json(const VerifyReport& r, const std::function<void(std::string_view)>& sink) {
+    write_json_streamed(verify_head(r), 2,
+                        {{"findings", [&](const JsonRowSink& row) { for (const auto& f : r.findings) row(finding_json(f)); }},
+                         {"tensors", [&](const JsonRowSink& row) { for (const auto& v : r.tensors) row(verdict_json(r, v)); }}},
+                        sink);
 }
 
 void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style) {

@@ -3,7 +3,9 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <stdexcept>
 #include <cstdio>
 #include <ostream>
 #include <string_view>
@@ -132,6 +134,56 @@ void render_github(const std::vector<Annotation>& annotations, const std::string
     else out << count(errors, "error") << ", " << count(warnings, "warning");
     if (left_out) out << ", " << left_out << " not annotated (--json lists all)";
     out << "\n";
+}
+
+void append_json_row(std::string& buf, const nlohmann::json& row, int indent, bool& first) {
+    buf += first ? '[' : ',';
+    first = false;
+    std::string text = row.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string margin(2 * static_cast<size_t>(indent), ' ');  // an element of a member of the top level
+    buf += '\n';
+    buf += margin;
+    size_t from = 0;
+    for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1) {
+        buf.append(text, from, nl + 1 - from);  // a line break inside a string is escaped: these are layout
+        buf += margin;
+    }
+    buf.append(text, from, std::string::npos);
+}
+
+void write_json_streamed(const nlohmann::json& doc, int indent, const std::vector<std::pair<std::string, JsonRows>>& arrays,
+                         const std::function<void(std::string_view)>& sink) {
+    std::string text = doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string margin(static_cast<size_t>(indent), ' ');
+    // Where each array stands in the text, in the text's order (keys are sorted).
+    std::vector<std::pair<size_t, const std::pair<std::string, JsonRows>*>> at;
+    for (const auto& a : arrays) {
+        std::string marker = "\n" + margin + "\"" + a.first + "\": []";
+        size_t pos = text.find(marker);
+        if (pos == std::string::npos || !doc.contains(a.first) || !doc[a.first].is_array() || !doc[a.first].empty())
+            throw std::logic_error("write_json_streamed: no empty top-level array \"" + a.first + "\"");
+        at.push_back({pos + marker.size() - 2, &a});  // at its "[]"
+    }
+    std::sort(at.begin(), at.end());
+    std::string buf;
+    size_t from = 0;
+    for (const auto& [pos, a] : at) {
+        buf.append(text, from, pos - from);
+        bool first = true;
+        a->second([&](const nlohmann::json& row) {
+            append_json_row(buf, row, indent, first);
+            if (buf.size() >= (1u << 16)) {
+                sink(buf);
+                buf.clear();
+            }
+        });
+        if (first) buf += "[]";
+        else buf.append("\n").append(margin).append("]");
+        from = pos + 2;
+    }
+    buf.append(text, from, std::string::npos);
+    buf += '\n';
+    sink(buf);
 }
 
 }  // namespace ckpt

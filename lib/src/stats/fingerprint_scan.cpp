@@ -121,33 +121,38 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
         return true;
     };
 
-    std::unordered_map<std::string_view, size_t> storage_of_record;
-    for (size_t i = 0; i < storages.size(); ++i) storage_of_record.emplace(storages[i].record, i);
-    std::unordered_map<size_t, size_t> item_of_storage;
+    // Tables by position, not hash maps: 100,000 tensors made three maps of 100,000 nodes each.
+    constexpr size_t none = ~size_t{0};
+    std::vector<size_t> storage_of_record(c.records().size(), none);
+    for (size_t i = 0; i < storages.size(); ++i)
+        if (auto r = c.record_index(storages[i].record); r && storage_of_record[*r] == none) storage_of_record[*r] = i;
+    std::vector<size_t> item_of_storage(storages.size(), none);
     std::vector<WorkItem> items;
+    items.reserve(c.records().size());
     for (size_t r = 0; r < c.records().size(); ++r) {
         const RecordInfo& e = c.records()[r];
-        auto it = storage_of_record.find(e.name);
-        if (it != storage_of_record.end()) item_of_storage[it->second] = items.size();
-        if (o.check_crc || it != storage_of_record.end()) items.push_back({r, {}, o.check_crc && e.has_crc ? e.size : 0});
+        size_t storage = storage_of_record[r];
+        if (storage != none) item_of_storage[storage] = items.size();
+        if (o.check_crc || storage != none) items.push_back({r, {}, o.check_crc && e.has_crc ? e.size : 0});
     }
-    std::unordered_map<size_t, size_t> slot_of_tensor;
+    std::vector<size_t> slot_of_tensor(tensors.size(), none);
     std::vector<TensorStats> slots;
     slots.reserve(selected.size());
     std::vector<size_t> composite;  // read through their leaves, combined once those are read
     // A slot for tensor `ti` (false: it has one already); a strided view's read is handed out.
     auto schedule_view = [&](size_t ti) {
-        if (!slot_of_tensor.emplace(ti, slots.size()).second) return false;
+        if (slot_of_tensor[ti] != none) return false;
+        slot_of_tensor[ti] = slots.size();
         slots.emplace_back();
         const TensorInfo& t = tensors[ti];
         if (!t.strided_view() || (o.known && o.known(ti, slots.back()))) return true;
-        WorkItem& w = items[item_of_storage.at(t.storage)];
+        WorkItem& w = items[item_of_storage[t.storage]];
         w.tensors.push_back(ti);
         w.bytes += t.nbytes();
         return true;
     };
     for (const Selected& s : selected) {
-        if (slot_of_tensor.count(s.tensor) || !readable(s.tensor) || !schedule_view(s.tensor)) continue;
+        if (slot_of_tensor[s.tensor] != none || !readable(s.tensor) || !schedule_view(s.tensor)) continue;
         const TensorInfo& t = tensors[s.tensor];
         if (t.strided_view() || t.no_data) continue;
         composite.push_back(s.tensor);
@@ -249,7 +254,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
         const TensorInfo& t = tensors[composite[n]];
         std::vector<const TensorStats*> values, hashed;
         uint64_t zeros = 0;
-        for (size_t leaf : leaves(t)) hashed.push_back(&slots[slot_of_tensor.at(leaf)]);
+        for (size_t leaf : leaves(t)) hashed.push_back(&slots.at(slot_of_tensor[leaf]));  // every leaf has one (readable)
         if (t.nested()) {
             values = hashed;
         } else {  // sparse: the values, and zeros for the elements not stored (as t.to_dense() has them)
@@ -259,24 +264,31 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
             values = {v};
             zeros = t.numel * per > v->count ? t.numel * per - v->count : 0;
         }
-        slots[slot_of_tensor.at(composite[n])] = detail::combine_stats(values, zeros, hashed);
+        slots[slot_of_tensor[composite[n]]] = detail::combine_stats(values, zeros, hashed);
         if (o.hash_only) {
-            TensorStats& st = slots[slot_of_tensor.at(composite[n])];
+            TensorStats& st = slots[slot_of_tensor[composite[n]]];
             st = TensorStats{st.count, {}, {}, {}, {}, {}, {}, 0, 0, st.hash};
         }
     }
 
-    f.tensors.reserve(selected.size());
-    for (const Selected& s : selected) {
+    // Each slot's statistics move into the last print that names its tensor (a tensor at two keys
+    // is copied once), not copied into every one: the slots held a second copy of every row.
+    std::vector<size_t> last_use(slots.size(), none);
+    for (size_t n = 0; n < selected.size(); ++n)
+        if (size_t slot = slot_of_tensor[selected[n].tensor]; slot != none) last_use[slot] = n;
+    if (!o.take) f.tensors.reserve(selected.size());
+    for (size_t n = 0; n < selected.size(); ++n) {
+        const Selected& s = selected[n];
         TensorPrint p;
         p.key = s.key;
         const TensorInfo& t = tensors[s.tensor];
         p.dtype = std::string(dtype_name(t.dtype));
         p.shape = t.shape;
-        auto slot = slot_of_tensor.find(s.tensor);
-        p.readable = slot != slot_of_tensor.end();
-        if (p.readable) p.stats = slots[slot->second];
-        f.tensors.push_back(std::move(p));
+        size_t slot = slot_of_tensor[s.tensor];
+        p.readable = slot != none;
+        if (p.readable) p.stats = last_use[slot] == n ? std::move(slots[slot]) : slots[slot];
+        if (o.take) o.take(std::move(p));
+        else f.tensors.push_back(std::move(p));
     }
     if (o.check_crc)  // items are every record, in directory order; safetensors records have no CRC
         for (size_t i = 0; i < items.size(); ++i)
@@ -322,20 +334,37 @@ nlohmann::json stats_json(const TensorStats& s) {
     return j;
 }
 
-nlohmann::json to_json(const Fingerprint& f) {
+namespace {
+
+nlohmann::json fingerprint_head(const Fingerprint& f) {
     nlohmann::json j = report_head("fingerprint");
     j["file"] = f.file;
     j["file_size"] = f.file_size;
     j["scope"] = f.scope;
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& t : f.tensors) {
-        nlohmann::json r = {{"key", t.key}, {"dtype", t.dtype}, {"shape", t.shape}};
-        r.update(stats_json(t.stats));
-        if (!t.readable) r["hash"] = nullptr;
-        rows.push_back(std::move(r));
-    }
-    j["tensors"] = std::move(rows);
+    j["tensors"] = nlohmann::json::array();
     return j;
+}
+
+}  // namespace
+
+nlohmann::json print_json(const TensorPrint& t) {
+    nlohmann::json r = {{"key", t.key}, {"dtype", t.dtype}, {"shape", t.shape}};
+    r.update(stats_json(t.stats));
+    if (!t.readable) r["hash"] = nullptr;
+    return r;
+}
+
+nlohmann::json to_json(const Fingerprint& f) {
+    nlohmann::json j = fingerprint_head(f);
+    for (const auto& t : f.tensors) j["tensors"].push_back(print_json(t));
+    return j;
+}
+
+void write_json(const Fingerprint& f, const std::function<void(std::string_view)>& sink) {
+    write_json_streamed(fingerprint_head(f), 1, {{"tensors", [&](const JsonRowSink& row) {
+                                                      for (const auto& t : f.tensors) row(print_json(t));
+                                                  }}},
+                        sink);
 }
 
 namespace {

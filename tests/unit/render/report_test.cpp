@@ -107,3 +107,32 @@ TEST_CASE("render_github: every annotation up to the cap, then one warning sayin
     CHECK(l[50].rfind("::warning title=ckpt-tool%3A more findings::2 more findings not annotated", 0) == 0);
     CHECK(l[51] == "ckpt-tool scan: 50 errors, 2 warnings, 2 not annotated (--json lists all)");
 }
+
+TEST_CASE("write_json_streamed: the same text as dump(indent), rows handed over one at a time") {
+    auto rows_of = [](int n) {
+        nlohmann::json a = nlohmann::json::array();
+        for (int i = 0; i < n; ++i)
+            a.push_back({{"key", "layer." + std::to_string(i) + ".w\nx\"q"},
+                         {"shape", {i, 2}},
+                         {"nested", {{"empty", nlohmann::json::array()}, {"obj", nlohmann::json::object()}, {"v", i * 0.5}}}});
+        return a;
+    };
+    for (int indent : {1, 2, 4})
+        for (int n : {0, 1, 3, 2000}) {  // 2000 rows pass the 64 KiB a piece is sent at
+            nlohmann::json full = {{"zeta", 1}, {"alpha", "a"}, {"tensors", rows_of(n)}, {"findings", rows_of(n / 2)}, {"m", {{"x", 1}}}};
+            nlohmann::json head = full;
+            head["tensors"] = nlohmann::json::array();
+            head["findings"] = nlohmann::json::array();
+            std::string got;
+            size_t pieces = 0;
+            ckpt::write_json_streamed(head, indent,
+                                      {{"tensors", [&](const ckpt::JsonRowSink& row) { for (const auto& r : full["tensors"]) row(r); }},
+                                       {"findings", [&](const ckpt::JsonRowSink& row) { for (const auto& r : full["findings"]) row(r); }}},
+                                      [&](std::string_view s) { got += s; ++pieces; });
+            CHECK(got == full.dump(indent) + "\n");
+            if (n == 2000) CHECK(pieces > 1);
+        }
+    nlohmann::json no_array = {{"tensors", 1}};
+    CHECK_THROWS_AS(ckpt::write_json_streamed(no_array, 2, {{"tensors", [](const ckpt::JsonRowSink&) {}}}, [](std::string_view) {}),
+                    std::logic_error);
+}
