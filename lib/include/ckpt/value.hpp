@@ -159,8 +159,8 @@ public:
     // tensor's rebuild arguments, once the tensor is in the table) gives it back, and make() hands
     // its memory out again: the arena then holds what the result needs, not every value the pickle
     // built (100,000 tensors made 120 MiB of values, two thirds of it such arguments). Only while
-    // the VM allows it (set_recycling: a run without a trace whose memo fetches it mapped before
-    // running). `v` and its items are taken back recursively (two levels down), except what is
+    // the VM allows it (set_recycling: a run whose memo fetches it mapped before running; under a
+    // writer's trace too, which marks the persistent ids it keeps shared). `v` and its items are taken back recursively (two levels down), except what is
     // shared or of a kind a hook may hold on to (tensors, globals, objects …): only tuples, lists,
     // scalars, strings, empty dicts and storages (TorchHooks makes a storage's value for each load,
     // and keeps none; a value it hands out again it marks shared). A small list's slots are taken

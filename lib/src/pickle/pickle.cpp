@@ -29,9 +29,10 @@ public:
             uint64_t base, const PickleLimits& limits, PickleTrace* trace)
         : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
           m_limits(limits), m_trace(trace) {
-        // What a hook may give back to the arena is known only with a map of the memo's fetches,
-        // and a writer's trace keeps pointers to values of every kind.
-        m_recycle = !trace && pickle_ops::memo_fetches(data, m_fetched);
+        // What a hook may give back to the arena is known only with a map of the memo's fetches. A
+        // writer's trace keeps pointers to values no hook gives back (dict keys, fetched strings) or
+        // marks them shared (the persistent ids it records).
+        m_recycle = pickle_ops::memo_fetches(data, m_fetched);
     }
     bool recycles() const { return m_recycle; }
 
@@ -152,6 +153,7 @@ private:
         adopt(o, callable);
         adopt(o, args);
         if (kwargs) adopt(o, kwargs);
+        ++m_hook_calls;
         Value* typed = m_hooks.reduce(o);
         return typed ? typed : o;
     }
@@ -297,6 +299,7 @@ private:
     std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
     std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
     const Value* m_last_tuple = nullptr;  // tracing: the last MARK … TUPLE, and where its items came from
+    uint64_t m_hook_calls = 0, m_last_tuple_calls = 0;  // calls of the hooks that give values back; before that TUPLE
     std::vector<uint64_t> m_last_tuple_pos;
     const uint64_t* popped_pos() const { return m_trace ? m_popped_pos.data() : nullptr; }
     Value* traced_get(Value* v) {
@@ -404,6 +407,7 @@ PickleResult Machine::run() {
                 Value* t = make_seq(ValueKind::tuple, pop_mark());
                 if (m_trace) {
                     m_last_tuple = t;
+                    m_last_tuple_calls = m_hook_calls;
                     m_last_tuple_pos = m_popped_pos;
                 }
                 push(t);
@@ -539,13 +543,19 @@ PickleResult Machine::run() {
             case 'P': {
                 Value* pid = m_arena.make(ValueKind::string, m_op_offset);
                 pid->s = m_in.line();
+                ++m_hook_calls;
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
             }
             case 'Q': {
                 Value* pid = pop();
-                if (m_trace && pid == m_last_tuple && m_last_tuple_pos.size() >= 2)
+                // The tuple just built, unless a hook ran since: only a hook gives values back, and
+                // one given back may be handed out again at the same address.
+                if (m_trace && pid == m_last_tuple && m_last_tuple_calls == m_hook_calls && m_last_tuple_pos.size() >= 2) {
                     m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1], m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0});
+                    pid->shared = true;  // the trace reads it after the run: the hook must keep it
+                }
+                ++m_hook_calls;
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
             }
