@@ -163,6 +163,7 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
     taken.reserve(keys.size());
     auto new_name = [&](size_t i) -> std::string_view { return new_names[i]; };
     std::vector<std::string> clashes;
+    plan.renamed.reserve(keys.size());  // as a rule every key changes: one table, not its doublings
     for (const auto& k : keys) {
         std::string to = plan.rule.key(k);
         if (to.empty()) fail("key " + in_quotes(k) + " would become empty");

@@ -64,7 +64,9 @@ void ZipWriter::add_copy(std::string_view name, const MappedFile& src, uint64_t 
 
 uint64_t ZipWriter::finish() {
     std::string cd;
-    cd.reserve(m_entries.size() * 64 + 128);
+    size_t need = 98;  // the end records: zip64's, its locator, the classic one
+    for (const Written& e : m_entries) need += 46 + e.name.size() + 28;  // with room for a zip64 extra field
+    cd.reserve(need);
     for (const Written& e : m_entries) {
         bool big_size = e.size >= k_u32_max, big_offset = e.header_offset >= k_u32_max;
         std::string extra;
