@@ -160,12 +160,13 @@ public:
     // its memory out again: the arena then holds what the result needs, not every value the pickle
     // built (100,000 tensors made 120 MiB of values, two thirds of it such arguments). Only while
     // the VM allows it (set_recycling: a run whose memo fetches it mapped before running; under a
-    // writer's trace too, which marks the persistent ids it keeps shared). `v` and its items are taken back recursively (two levels down), except what is
-    // shared or of a kind a hook may hold on to (tensors, globals, objects …): only tuples, lists,
-    // scalars, strings, empty dicts and storages (TorchHooks makes a storage's value for each load,
-    // and keeps none; a value it hands out again it marks shared). A small list's slots are taken
-    // back with it, for the next list of its size: so no two lists may share slots while recycling
-    // is on (a hook copies a list into slots of its own: list_of).
+    // writer's trace too, which marks the persistent ids it keeps shared). `v` and its items are
+    // taken back recursively (two levels down), except what is shared or of a kind a hook may hold
+    // on to (tensors, globals, objects …): only tuples, lists, scalars, strings, empty dicts and
+    // storages (TorchHooks makes a storage's value for each load, and keeps none; a value it hands
+    // out again it marks shared). A small list's slots are taken back with it, for the next list of
+    // its size: so no two lists may share slots while recycling is on (a hook copies a list into
+    // slots of its own, list_of, and marks a value whose items another list holds too shared).
     void recycle(Value* v) { if (m_recycling) take_back(v, 3); }
     void set_recycling(bool on) { m_recycling = on; }
 

@@ -2,7 +2,6 @@
 // its bytes are its own, and every accessor answers from the Contents the format's reader filled.
 #include "ckpt/checkpoint.hpp"
 
-
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
 #include "formats/gather.hpp"
