@@ -5,6 +5,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/inspect.hpp"
+#include "pickle/pickle.hpp"
 #include "support/builders.hpp"
 
 using namespace ckpt;
@@ -47,6 +48,22 @@ void check_memoized_size(const Checkpoint& c, size_t at) {
     REQUIRE(shape->items.size() == 1);
     CHECK(shape->items[0]->kind == ValueKind::integer);
     CHECK(shape->items[0]->i == 300);
+}
+
+// Opened with a trace: every persistent id it recorded is still the ('storage', class, key, …)
+// tuple it was, in order, though the rebuilds around it gave their values back.
+void check_traced_storages(const Checkpoint& c, const std::vector<std::string>& keys) {
+    REQUIRE(c.pickle_trace());
+    const auto& ids = c.pickle_trace()->persistent_ids;
+    REQUIRE(ids.size() == keys.size());
+    for (size_t n = 0; n < ids.size(); ++n) {
+        const Value* pid = ids[n].pid;
+        REQUIRE(pid->kind == ValueKind::tuple);
+        REQUIRE(pid->items.size() == 5);
+        CHECK(pid->items[0]->s == "storage");
+        CHECK(pid->items[1]->kind == ValueKind::global);
+        CHECK(pid->items[2]->s == keys[n]);
+    }
 }
 
 }  // namespace
@@ -100,11 +117,16 @@ TEST_CASE("checkpoint: a tensor's size tuple fetched again from the memo survive
     p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
     p.str("b").tensor("FloatStorage", "1", 300, 0, {300}, {1});
     p.str("shape_of_a").binget(7).setitems().stop();
-    auto c = open_bytes("memo.pth", testing::torch_zip("memo", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}}));
-    check_memoized_size(*c, 2);
-    REQUIRE(c->tensors().size() == 2);
-    CHECK(c->tensors()[1].shape == std::vector<int64_t>{300});
-    CHECK(c->tensors()[1].stride == std::vector<int64_t>{1});
+    for (bool trace : {false, true}) {  // a writer's trace recycles too
+        OpenOptions o;
+        o.trace_pickle = trace;
+        auto c = open_bytes("memo.pth", testing::torch_zip("memo", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}}), o);
+        check_memoized_size(*c, 2);
+        REQUIRE(c->tensors().size() == 2);
+        CHECK(c->tensors()[1].shape == std::vector<int64_t>{300});
+        CHECK(c->tensors()[1].stride == std::vector<int64_t>{1});
+        if (trace) check_traced_storages(*c, {"0", "1"});
+    }
 }
 
 TEST_CASE("checkpoint: a memoized tuple a torch.Size was made of survives the recycling of the Size's slots") {
@@ -119,12 +141,17 @@ TEST_CASE("checkpoint: a memoized tuple a torch.Size was made of survives the re
     p.str("b").tensor("FloatStorage", "1", 300, 0, {300}, {1});
     p.str("c").tensor("FloatStorage", "2", 300, 0, {300}, {1});
     p.str("shape_of_a").binget(7).setitems().stop();
-    auto c = open_bytes("size.pth", testing::torch_zip("size", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}, {"2", floats(300)}}));
-    check_memoized_size(*c, 3);
-    REQUIRE(c->tensors().size() == 3);
-    for (const TensorInfo& t : c->tensors()) {
-        CHECK(t.shape == std::vector<int64_t>{300});
-        CHECK(t.stride == std::vector<int64_t>{1});
+    for (bool trace : {false, true}) {
+        OpenOptions o;
+        o.trace_pickle = trace;
+        auto c = open_bytes("size.pth", testing::torch_zip("size", p.bytes(), {{"0", floats(300)}, {"1", floats(300)}, {"2", floats(300)}}), o);
+        check_memoized_size(*c, 3);
+        REQUIRE(c->tensors().size() == 3);
+        for (const TensorInfo& t : c->tensors()) {
+            CHECK(t.shape == std::vector<int64_t>{300});
+            CHECK(t.stride == std::vector<int64_t>{1});
+        }
+        if (trace) check_traced_storages(*c, {"0", "1", "2"});
     }
 }
 
