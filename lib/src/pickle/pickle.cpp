@@ -29,9 +29,7 @@ public:
             uint64_t base, const PickleLimits& limits, PickleTrace* trace)
         : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
           m_limits(limits), m_trace(trace) {
-        // What a hook may give back to the arena is known only with a map of the memo's fetches. A
-        // writer's trace keeps pointers to values no hook gives back (dict keys, fetched strings) or
-        // marks them shared (the persistent ids it records).
+        // Recycling needs a map of the memo's fetches; a trace points only at what no hook gives back, or marks it shared.
         m_recycle = pickle_ops::memo_fetches(data, m_fetched);
     }
     bool recycles() const { return m_recycle; }
@@ -549,8 +547,7 @@ PickleResult Machine::run() {
             }
             case 'Q': {
                 Value* pid = pop();
-                // The tuple just built, unless a hook ran since: only a hook gives values back, and
-                // one given back may be handed out again at the same address.
+                // The tuple just built, unless a hook ran since (one may give it back, its address reused)
                 if (m_trace && pid == m_last_tuple && m_last_tuple_calls == m_hook_calls && m_last_tuple_pos.size() >= 2) {
                     m_trace->persistent_ids.push_back({pid, m_last_tuple_pos[1], m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0});
                     pid->shared = true;  // the trace reads it after the run: the hook must keep it
