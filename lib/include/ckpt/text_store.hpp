@@ -1,7 +1,8 @@
 // Text kept for as long as its owner lives, in blocks that never move: a name costs its bytes and
 // no allocation of its own, and a std::string_view of it stays valid until clear(). The value
-// arena keeps its strings here; a checkpoint keeps the names its tables view (records, storages,
-// entries) in one of its own, which outlives the arena (Contents::keep_records_only).
+// arena keeps its strings (and so a checkpoint's entry keys) here; a checkpoint keeps the record
+// names that are not in its file in one of its own, which outlives the arena
+// (Contents::keep_records_only).
 #pragma once
 
 #include <cstddef>
@@ -19,8 +20,6 @@ public:
 
     // A copy of `text` (empty text is kept as an empty view).
     std::string_view keep(std::string_view text);
-    // Several texts as one: "archive/data/" + "17" without building the string first.
-    std::string_view keep(std::string_view a, std::string_view b);
     // Frees every text kept so far: no view of one may be used after.
     void clear();
 

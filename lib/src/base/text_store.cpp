@@ -24,15 +24,11 @@ char* TextStore::room(size_t n) {
     return at;
 }
 
-std::string_view TextStore::keep(std::string_view text) { return keep(text, {}); }
-
-std::string_view TextStore::keep(std::string_view a, std::string_view b) {
-    size_t n = a.size() + b.size();
-    if (n == 0) return {};
-    char* at = room(n);
-    if (!a.empty()) std::memcpy(at, a.data(), a.size());
-    if (!b.empty()) std::memcpy(at + a.size(), b.data(), b.size());
-    return {at, n};
+std::string_view TextStore::keep(std::string_view text) {
+    if (text.empty()) return {};
+    char* at = room(text.size());
+    std::memcpy(at, text.data(), text.size());
+    return {at, text.size()};
 }
 
 void TextStore::clear() {

@@ -406,7 +406,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     so.check_crc = true;
     so.threads = o.threads;
     so.progress = o.progress;
-    rep.tensors.reserve(o.all ? c.tensors().size() : c.state_dict().entries.size());
+    rep.tensors.reserve(all ? c.tensors().size() : c.state_dict().entries.size());
     if (!fingerprint_out)  // nobody wants the fingerprint itself: its prints go into the verdicts
         so.take = [&](TensorPrint&& t) { rep.tensors.push_back({std::move(t), nullptr, "", "", 0}); };
     Fingerprint fp = fingerprint(c, so);

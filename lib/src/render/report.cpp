@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <stdexcept>
 #include <cstdio>
 #include <ostream>
+#include <stdexcept>
 #include <string_view>
 
 #ifndef CKPT_VERSION
