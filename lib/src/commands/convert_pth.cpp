@@ -246,8 +246,12 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     for (const auto& e : c.entries())
         if (e.tensor) r.tensors += 1, r.cast += retype.count(c.tensors()[*e.tensor].storage);
     std::string pickle = apply_pickle_edits(c, retype_storages(c, retype));
-    std::unordered_map<std::string, size_t> cast_record;
-    for (const auto& [s, to] : retype) cast_record.emplace(c.storages()[s].record, s);
+    // The storage each record holds, when it is cast: by the record's position, which the writer
+    // hands over, not by its name (a string made per record to look it up).
+    constexpr size_t none = ~size_t{0};
+    std::vector<size_t> cast_storage(c.records().size(), none);
+    for (const auto& [s, to] : retype)
+        if (auto r = c.record_index(c.storages()[s].record)) cast_storage[*r] = s;
     uint64_t total = 0, done = 0;
     for (const auto& rec : c.records()) total += rec.size;
     FingerprintOptions hashes;
@@ -259,11 +263,11 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     r.bytes_written = write_torch_zip(c, pickle, out.fd(), rq.output, records, [&](size_t record, std::string_view name, ZipWriter& w) {
         done += c.records()[record].size;
         if (rq.progress) rq.progress(done, total);
-        auto it = cast_record.find(std::string(c.records()[record].name));
-        if (it == cast_record.end()) return false;
-        DType from = c.storages()[it->second].dtype;
+        size_t storage = cast_storage[record];
+        if (storage == none) return false;
+        DType from = c.storages()[storage].dtype;
         RecordData data = c.record_data(record);
-        std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), retype.at(it->second));
+        std::vector<uint8_t> cast = TorchBackend::get().cast(from, data.view(), data.view().size / dtype_size(from), retype.at(storage));
         ByteView cv{cast.data(), cast.size()};
         w.add(name, cv, crc32_of(cv));
         c.record_file(record).release(data.view());

@@ -44,9 +44,10 @@ bool is_sharded_index(const std::string& path) {
 
 size_t Checkpoint::Contents::adopt_part(std::unique_ptr<Checkpoint> part, const std::string& name) {
     size_t index = shards.size(), storage_base = storages.size(), tensor_base = tensors.size();
+    std::string full;  // "shard:record", made in one buffer; add_record keeps its own copy
     for (size_t r = 0; r < part->records().size(); ++r) {
         RecordInfo rec = part->records()[r];
-        std::string full = name + ":" + std::string(rec.name);
+        full.assign(name).append(":").append(rec.name);
         rec.name = full;
         add_record(rec);
         record_owner.push_back({index, r});
