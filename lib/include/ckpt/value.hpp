@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ckpt/text_store.hpp"
@@ -31,7 +32,7 @@ enum class ValueKind : uint8_t {
     global,       // s: module, s2: name (a reference to a class or function; never resolved)
     object,       // an opaque instance: callable + args (+ state, items, entries); see `how`
     tensor,       // i: index into the reader's tensor table
-    storage,      // i: index into the reader's storage table
+    storage,      // i: index into the reader's storage table; s: "float32, 16 elements", s2: its key
     dtype,        // s2: dtype name ("float32")
     device,       // s: "cpu", "cuda", …; i: index or -1
 };
@@ -45,18 +46,14 @@ struct Value;
 
 // The children of a value (a container's items, or a dict's entries k0, v0, k1, v1, …) in memory of
 // the arena: 16 bytes and no allocation of their own. A std::vector each cost a malloc and a free per
-// tuple, and a tensor makes four tuples. Only the arena grows a list (ValueArena::append). A copy
-// shares the elements and copies them out on its first append, so neither side ever sees the
-// other's appends.
+// tuple, and a tensor makes four tuples. Only the arena grows a list (ValueArena::append). A list's
+// slots are its own, so it is not copyable (ValueArena::list_of makes a copy): the arena takes a
+// small list's slots back, and gives a big one's old pages back to the kernel as it grows.
 class ValueList {
 public:
     ValueList() = default;
-    ValueList(const ValueList& o) : m_data(o.m_data), m_size(o.m_size), m_cap(o.m_size) {}
-    ValueList& operator=(const ValueList& o) {
-        m_data = o.m_data;
-        m_size = m_cap = o.m_size;
-        return *this;
-    }
+    ValueList(const ValueList& o) = delete;
+    ValueList& operator=(const ValueList& o) = delete;
     // A list moved (list_of's result) keeps its room: its slots are its own.
     ValueList(ValueList&& o) noexcept : m_data(o.m_data), m_size(o.m_size), m_cap(o.m_cap) {
         o.m_data = nullptr;
@@ -180,6 +177,9 @@ public:
     // mostly such ints (6 of the 18 values a tensor made).
     Value* integer(int64_t v, uint64_t offset);
     uint64_t count() const { return m_count; }
+    // A pickle is done: the block mapped ahead for it is freed, and the thread that maps it stopped
+    // (the next huge block asked for starts it again).
+    void pause();
     // Frees every value, list and text made so far: no pointer into the arena may be used after.
     void clear();
 
@@ -196,6 +196,10 @@ private:
     // new_block, or for a huge page, the one made ahead when it is ready.
     Block block(size_t& bytes);
     void grow(ValueList& list, size_t more);
+    // Moves `list` to slots with room for `more` more; returns its old slots and their capacity,
+    // for release once nothing reads them.
+    std::pair<Value**, size_t> move_to_bigger(ValueList& list, size_t more);
+    void release(Value** slots, size_t n);  // slots no list holds any more (nothing for a small list)
     Value** slots(size_t n);
     void take_back(Value* v, int levels);
 

@@ -130,7 +130,7 @@ ValueArena::ValueArena(uint64_t max_values) : m_max(max_values) {
 ValueArena::~ValueArena() = default;
 
 void ValueArena::clear() {
-    m_ahead.reset();  // joins its thread, frees the block it made
+    pause();
     m_blocks.clear();
     m_value_next = nullptr;
     m_value_left = m_value_block = 0;
@@ -213,6 +213,11 @@ Value** ValueArena::slots(size_t n) {
 }
 
 void ValueArena::grow(ValueList& list, size_t more) {
+    auto [old, cap] = move_to_bigger(list, more);
+    release(old, cap);
+}
+
+std::pair<Value**, size_t> ValueArena::move_to_bigger(ValueList& list, size_t more) {
     constexpr uint64_t k_max = UINT32_MAX;
     uint64_t need = static_cast<uint64_t>(list.m_size) + more;
     if (need > k_max)
@@ -220,15 +225,31 @@ void ValueArena::grow(ValueList& list, size_t more) {
     uint64_t cap = std::min(std::max({need, static_cast<uint64_t>(list.m_cap) * 2, uint64_t{4}}), k_max);
     Value** data = slots(static_cast<size_t>(cap));
     if (list.m_size) std::memcpy(data, list.m_data, list.m_size * sizeof(Value*));
+    std::pair<Value**, size_t> old{list.m_data, list.m_cap};
     list.m_data = data;
     list.m_cap = static_cast<uint32_t>(cap);
+    return old;
 }
+
+void ValueArena::release(Value** slots, size_t n) {
+    // A big list's old slots are never handed out again (only small ones are, by the free lists):
+    // their whole pages go back to the kernel. A root dict of 100,000 tensors leaves 1.5 MiB so.
+    constexpr uintptr_t page = 4096;
+    if (n * sizeof(Value*) < 16 * page) return;
+    uintptr_t begin = (reinterpret_cast<uintptr_t>(slots) + page - 1) & ~(page - 1);
+    uintptr_t end = (reinterpret_cast<uintptr_t>(slots + n)) & ~(page - 1);
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void ValueArena::pause() { m_ahead.reset(); }
 
 void ValueArena::append(ValueList& list, ValueSpan values) {
     if (values.empty()) return;
-    if (list.m_cap - list.m_size < values.size()) grow(list, values.size());
+    std::pair<Value**, size_t> old{nullptr, 0};
+    if (list.m_cap - list.m_size < values.size()) old = move_to_bigger(list, values.size());
     std::memcpy(list.m_data + list.m_size, values.data, values.size() * sizeof(Value*));
     list.m_size += static_cast<uint32_t>(values.size());
+    release(old.first, old.second);  // after the copy: `values` may be the list's own
 }
 
 ValueList ValueArena::list_of(ValueSpan values) {
@@ -522,7 +543,11 @@ private:
             case ValueKind::global: m_out += global_name(v); return;
             case ValueKind::object: object(v, depth); return;
             case ValueKind::tensor: m_out += "tensor(" + std::string(v->s) + ")"; return;
-            case ValueKind::storage: m_out += "storage(" + std::string(v->s) + ")"; return;
+            case ValueKind::storage:  // "float32, 16 elements" and the key, or a legacy view's own text
+                m_out.append("storage(").append(v->s);
+                if (!v->s2.empty()) m_out.append(", key ").append(v->s2);
+                m_out += ')';
+                return;
             case ValueKind::dtype: m_out += "torch." + std::string(v->s2); return;
             case ValueKind::device:
                 m_out += "device(type='" + std::string(v->s) + "'";

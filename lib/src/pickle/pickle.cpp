@@ -585,6 +585,7 @@ PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
     try {
         PickleResult r = m.run();
         arena.set_recycling(false);
+        arena.pause();
         if (progress) progress->opcodes = m.done();
         return r;
     } catch (...) {
