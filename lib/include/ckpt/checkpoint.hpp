@@ -22,15 +22,17 @@ class ZipArchive;
 class RecordData;
 struct PickleTrace;
 
+// Its text is the checkpoint's (its file's mapping, its pickle, or names it keeps): valid while it
+// is open. 88 bytes and nothing on the heap: a checkpoint of 100,000 tensors has 100,000 of them.
 struct StorageInfo {
-    std::string key;             // persistent id key ("0")
-    DType dtype = DType::untyped;
-    uint64_t numel = 0;          // elements (bytes for untyped storages)
-    std::string location;        // "cpu", "cuda:0"
-    std::string_view storage_class;  // "torch.FloatStorage" (text owned by the checkpoint)
-    std::string record;          // "root/data/0"
-    bool record_present = false;
+    std::string_view key;            // persistent id key ("0")
+    std::string_view location;       // "cpu", "cuda:0"
+    std::string_view storage_class;  // "torch.FloatStorage"
+    std::string_view record;         // "root/data/0"
+    uint64_t numel = 0;              // elements (bytes for untyped storages)
     uint64_t record_size = 0;
+    DType dtype = DType::untyped;
+    bool record_present = false;
     uint64_t nbytes() const { return numel * dtype_size(dtype); }
 };
 
@@ -64,22 +66,22 @@ struct TensorExtra {
 };
 
 struct TensorInfo {
-    DType dtype = DType::float32;
     std::vector<int64_t> shape;
     std::vector<int64_t> stride;
     int64_t storage_offset = 0;  // elements
     size_t storage = 0;          // index into Checkpoint::storages
-    bool requires_grad = false;
-    bool is_parameter = false;
     std::string_view rebuild;    // the rebuild function ("torch._utils._rebuild_tensor_v2"); static text
-    std::string subclass;        // tensor subclass for _rebuild_from_type_v2, "" when plain
+    std::string_view subclass;   // tensor subclass for _rebuild_from_type_v2, "" when plain (the checkpoint's text)
     uint64_t numel = 0;
     uint64_t extent = 0;         // elements of the storage the tensor spans from its offset
-    Layout layout = Layout::strided;
-    bool no_data = false;        // saved without its elements (the meta device, a wrapper subclass): no storage
     // What a tensor that is not a plain view of one storage is made of (null for a plain one); shared
     // by copies of the info, so a reader that renumbers tensors (sharded, merged) copies it first.
     std::shared_ptr<const TensorExtra> extra;
+    DType dtype = DType::float32;
+    bool requires_grad = false;
+    bool is_parameter = false;
+    Layout layout = Layout::strided;
+    bool no_data = false;        // saved without its elements (the meta device, a wrapper subclass): no storage
     uint64_t nbytes() const { return numel * dtype_size(dtype); }
     bool contiguous() const;
     // A plain view of its storage (`storage`, `storage_offset`, `stride` hold): what readers of
@@ -252,7 +254,7 @@ public:
     // The container's records, in file order, and their bytes (a view into the mapping, or inflated).
     const std::vector<RecordInfo>& records() const;
     RecordData record_data(size_t record) const;
-    std::optional<size_t> record_index(const std::string& name) const;
+    std::optional<size_t> record_index(std::string_view name) const;
     // Where a record's bytes start in the file, when they are stored there as they are (not
     // DEFLATE): what the kernel can copy from without the bytes passing through this process.
     std::optional<uint64_t> record_file_offset(size_t record) const;

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <iosfwd>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,10 +24,11 @@ struct InspectOptions {
 struct TensorRow {
     // Views of the checkpoint's own strings (Entry::key, StateDictEntry::name): a report lives no
     // longer than the checkpoint it points at.
-    std::string_view key;                    // dotted path from the root
-    std::optional<std::string_view> name;    // its name in the state dict, when it is in it
-    size_t tensor = 0;                  // index into Checkpoint::tensors
-    bool shared = false;                // its storage is viewed by another tensor too
+    // 32 bytes: a row a tensor, 100,000 of them for a mixture-of-experts model.
+    std::string_view key;                     // dotted path from the root
+    const std::string_view* name = nullptr;   // its name in the state dict (StateDictEntry::name), or null
+    uint32_t tensor = 0;                      // index into Checkpoint::tensors
+    bool shared = false;                      // its storage is viewed by another tensor too
 };
 
 struct ObjectRow {

@@ -31,7 +31,7 @@ DType storage_dtype(const Checkpoint& c, const ConvertRequest& rq, size_t s, DTy
     if (st.dtype != DType::untyped) return st.dtype;
     auto [u, first] = untyped_as.emplace(s, viewed_as);
     if (!first && u->second != viewed_as)
-        throw Error(ErrorKind::unsupported, rq.input, "storage " + st.key + " is viewed as " + std::string(dtype_name(u->second)) +
+        throw Error(ErrorKind::unsupported, rq.input, "storage " + std::string(st.key) + " is viewed as " + std::string(dtype_name(u->second)) +
                                                           " and as " + std::string(dtype_name(viewed_as)) +
                                                           ": a typed storage cannot hold both");
     return viewed_as;

@@ -125,10 +125,10 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         const TensorInfo& t = c.tensors()[*e.tensor];
         TensorRow row;
         row.key = e.key;
-        row.tensor = *e.tensor;
+        row.tensor = static_cast<uint32_t>(*e.tensor);
         row.shared = t.strided_view() && users[t.storage] > 1;
         if (sd_name[i]) {
-            row.name = *sd_name[i];
+            row.name = sd_name[i];
             r.state_dict_totals.add(t, c.tensor_bytes(t));  // per key: what load_state_dict sees
         }
         if (!counted_all[*e.tensor]) {
@@ -154,7 +154,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     for (const StorageInfo& s : c.storages())
         if (!s.location.empty() && s.location != "cpu") {
             ++on_device;
-            if (std::find(devices.begin(), devices.end(), s.location) == devices.end()) devices.push_back(s.location);
+            if (std::find(devices.begin(), devices.end(), s.location) == devices.end()) devices.emplace_back(s.location);
         }
     if (on_device) {
         std::string where;

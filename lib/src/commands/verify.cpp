@@ -44,12 +44,14 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::v
                            "record " + r.record + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
                                hex32(r.expected) + " (the bytes changed after they were written)"});
     for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
-    std::unordered_set<std::string> storage_records;
-    for (const auto& s : c.storages()) storage_records.insert(s.record);
+    // By the first record of each name (record_index): whether a storage names it.
+    std::vector<char> storage_record(c.records().size());
+    for (const auto& s : c.storages())
+        if (auto r = c.record_index(s.record)) storage_record[*r] = 1;
     std::string data_dir = c.zip_root() + "/data/";
     for (const RecordInfo& e : c.records())
         if (c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
-            !storage_records.count(std::string(e.name)))
+            !storage_record[*c.record_index(e.name)])
             out.push_back({"unreferenced_record", std::string(e.name),
                            "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});
     for (const auto& v : verdicts) {

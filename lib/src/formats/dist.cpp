@@ -180,14 +180,14 @@ dist::Run DistView::run_of(const Checkpoint& part, size_t ti, const std::string&
     const StorageInfo& st = part.storages()[t.storage];
     if (!t.contiguous()) throw Error(ErrorKind::unsupported, part.path(), what + " is not contiguous");
     auto rec = part.record_index(st.record);
-    if (!rec || !st.record_present) throw Error(ErrorKind::corrupt, part.path(), what + ": its storage record " + st.record + " is missing");
+    if (!rec || !st.record_present) throw Error(ErrorKind::corrupt, part.path(), what + ": its storage record " + std::string(st.record) + " is missing");
     auto off = part.record_file_offset(*rec);
-    if (!off) throw Error(ErrorKind::unsupported, part.path(), what + ": its storage record " + st.record + " is compressed");
+    if (!off) throw Error(ErrorKind::unsupported, part.path(), what + ": its storage record " + std::string(st.record) + " is compressed");
     uint64_t esz = dtype_size(t.dtype);
     uint64_t end = (static_cast<uint64_t>(t.storage_offset) + t.numel) * esz;
     if (end > part.records()[*rec].size)
         throw Error(ErrorKind::corrupt, part.path(),
-                    what + " runs past its storage: needs " + std::to_string(end) + " bytes, record " + st.record + " holds " +
+                    what + " runs past its storage: needs " + std::to_string(end) + " bytes, record " + std::string(st.record) + " holds " +
                         std::to_string(part.records()[*rec].size));
     return {&part.record_file(*rec), *off + static_cast<uint64_t>(t.storage_offset) * esz, t.numel, t.dtype};
 }
@@ -208,12 +208,11 @@ size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vec
         throw Error(ErrorKind::corrupt, name,
                     "its pieces hold " + std::to_string(got) + " bytes, its shape " + dist::shape_text(shape) + " needs " + std::to_string(size));
     StorageInfo st;
-    st.key = std::to_string(c.storages.size());
+    st.key = c.keep(std::to_string(c.storages.size()));
     st.dtype = dtype;
     st.numel = t.numel;
     st.location = "cpu";
     st.storage_class = storage_class_of(dtype);
-    st.record = name;
     st.record_present = true;
     st.record_size = size;
     t.storage = c.storages.size();
@@ -222,7 +221,7 @@ size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vec
     r.name = name;
     r.size = size;
     r.pieces = std::move(pieces);
-    c.add_record(std::move(r));
+    c.storages.back().record = c.add_record(std::move(r));
     c.tensors.push_back(std::move(t));
     return c.tensors.size() - 1;
 }
@@ -285,22 +284,23 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
         if (fresh) {
             auto rec = part.record_index(st.record);
             if (!rec || !st.record_present)
-                throw Error(ErrorKind::corrupt, part.path(), "storage " + st.key + " has no record " + st.record);
+                throw Error(ErrorKind::corrupt, part.path(), "storage " + std::string(st.key) + " has no record " + std::string(st.record));
             auto off = part.record_file_offset(*rec);
-            if (!off) throw Error(ErrorKind::unsupported, part.path(), "record " + st.record + " is compressed");
+            if (!off) throw Error(ErrorKind::unsupported, part.path(), "record " + std::string(st.record) + " is compressed");
             uint64_t size = part.records()[*rec].size;
             StorageInfo ns = st;
-            ns.key = std::to_string(c.storages.size());
-            ns.record = memo.name + ":" + st.record;
+            ns.key = c.keep(std::to_string(c.storages.size()));
+            ns.location = c.keep(st.location);  // the part's text: this checkpoint may outlive it
             ns.record_present = true;
             ns.dtype = to;
             ns.storage_class = storage_class_of(to);
             ns.record_size = to == st.dtype ? size : size / dtype_size(st.dtype) * dtype_size(to);
             RecordInfo r;
-            r.name = ns.record;
+            std::string name = memo.name + ":" + std::string(st.record);
+            r.name = name;
             r.size = ns.record_size;
             r.pieces.push_back({&part.record_file(*rec), *off, size, st.dtype, to});
-            c.add_record(std::move(r));
+            ns.record = c.add_record(std::move(r));
             c.storages.push_back(std::move(ns));
         }
         if (v->kind == ValueKind::storage) {

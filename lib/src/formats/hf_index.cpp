@@ -52,12 +52,18 @@ size_t Checkpoint::Contents::adopt_part(std::unique_ptr<Checkpoint> part, const 
         add_record(rec);
         record_owner.push_back({index, r});
     }
+    // The part's text goes with it (keep_records_only): what the tables view is kept here.
     for (StorageInfo st : part->storages()) {
-        st.record = name + ":" + st.record;
-        storages.push_back(std::move(st));
+        st.key = keep(st.key);
+        st.location = keep(st.location);
+        st.storage_class = keep(st.storage_class);
+        full.assign(name).append(":").append(st.record);
+        st.record = keep(full);
+        storages.push_back(st);
     }
     for (TensorInfo t : part->tensors()) {
         t.storage += storage_base;
+        t.subclass = keep(t.subclass);
         if (t.extra) {  // parts and components are tensors of this part: renumbered as they are
             auto e = std::make_shared<TensorExtra>(*t.extra);
             for (TensorPart& p : e->parts) p.tensor += tensor_base;

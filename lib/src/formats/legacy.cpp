@@ -104,7 +104,6 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
         if (s == storage_of.end()) corrupt("storage " + key + " is listed but no tensor uses it", at);
         StorageInfo& st = c.storages[s->second];
         if (st.record_present) corrupt("storage " + key + " is listed twice", at);
-        st.record = key;
         st.record_present = true;
         uint64_t begin = at + 8, size = 0;
         if (at + 8 <= file.size) {
@@ -118,7 +117,7 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
         uint64_t avail = begin <= file.size ? file.size - begin : 0;
         uint64_t held = std::min(size, avail);
         st.record_size = held;
-        c.add_record({key, held, false, 0, {}});
+        st.record = c.add_record({key, held, false, 0, {}});
         c.record_ranges.push_back({std::min(begin, file.size), std::min(begin, file.size) + held});
         if (held < size) {
             at = file.size;

@@ -99,7 +99,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     for (const auto& [storage, dtype] : retype)
         if (!seen.count(storage))
             throw Error(ErrorKind::unsupported, c.path(),
-                        c.pickle_record() + ": cannot find where storage " + c.storages()[storage].key + "'s type is written");
+                        c.pickle_record() + ": cannot find where storage " + std::string(c.storages()[storage].key) + "'s type is written");
     std::sort(sites.begin(), sites.end(), [](const Site& a, const Site& b) { return a.pos < b.pos; });
 
     // A class object is made once, where GLOBAL or STACK_GLOBAL runs, and fetched from the memo after;

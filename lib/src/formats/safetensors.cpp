@@ -347,11 +347,10 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
     c.record_by_name.reserve(n);
     for (SafetensorsTensor& st : h.tensors) {
         StorageInfo s;
-        s.key = st.name;
+        s.key = s.record = c.add_record({st.name, st.end - st.begin, false, 0, {}});
         s.dtype = st.dtype;
         s.numel = st.numel;
         s.location = "cpu";
-        s.record = st.name;
         s.record_present = true;
         s.record_size = st.end - st.begin;
         TensorInfo t;
@@ -370,7 +369,6 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
         tv->s = dtype_name(st.dtype);  // static text
         c.arena.append(root->entries, key);
         c.arena.append(root->entries, tv);
-        c.add_record({std::move(st.name), st.end - st.begin, false, 0, {}});
         c.record_ranges.push_back({st.begin, st.end});
         c.storages.push_back(std::move(s));
         c.tensors.push_back(std::move(t));

@@ -93,14 +93,14 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     const StorageInfo& whole = m_storages[static_cast<size_t>(root->i)];
     if (sv.offset > whole.numel || sv.numel > whole.numel - sv.offset)
         throw Error(ErrorKind::corrupt, "", m_record + ": storage view " + it->first + " (elements " + std::to_string(sv.offset) + "+" +
-                                                std::to_string(sv.numel) + ") lies outside storage " + whole.key + " (" +
+                                                std::to_string(sv.numel) + ") lies outside storage " + std::string(whole.key) + " (" +
                                                 std::to_string(whole.numel) + " elements)", offset);
     sv.value = m_arena.make(ValueKind::storage, offset);
     sv.value->i = root->i;
     sv.value->shared = true;  // every load of the slice returns this value, which m_view_of knows it by
     sv.value->s = m_arena.own(std::string(dtype_name(whole.dtype)) + ", " + std::to_string(sv.numel) + " elements, key " + it->first +
                               ": elements " + std::to_string(sv.offset) + "–" + std::to_string(sv.offset + sv.numel) + " of storage " +
-                              whole.key);
+                              std::string(whole.key));
     m_view_of.emplace(sv.value, &sv);
     return sv.value;
 }
@@ -123,7 +123,7 @@ Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::stri
     s.key = k;
     s.dtype = dtype;
     s.numel = numel;
-    s.location = std::string(location);
+    s.location = location;  // the pickle's text, as the key is
     if (cls != m_class_value) {  // one storage class for all of a file's storages, as a rule
         m_class_value = cls;
         m_class_name = m_arena.own(global_name(cls));
@@ -131,11 +131,16 @@ Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::stri
     s.storage_class = m_class_name;
     if (!checked_mul(s.numel, dtype_size(s.dtype)))
         throw Error(ErrorKind::corrupt, "", m_record + ": storage " + std::string(k) + " size overflows", offset);
-    std::string& text = m_scratch;  // one buffer for every storage's text: no allocation each
-    text.assign(dtype_name(s.dtype)).append(", ");
-    append_int(text, static_cast<int64_t>(s.numel));
-    text.append(" elements, key ").append(k);
-    m_storage_text.push_back(m_arena.own(text));
+    // Its values' text, "float32, 16 elements": one for all storages of a dtype and size (the key is
+    // each value's s2), not 30 bytes a storage.
+    auto [size_text, fresh] = m_size_text.try_emplace({s.dtype, s.numel});
+    if (fresh) {
+        std::string& text = m_scratch;  // one buffer for every text: no allocation each
+        text.assign(dtype_name(s.dtype)).append(", ");
+        append_int(text, static_cast<int64_t>(s.numel));
+        size_text->second = m_arena.own(text.append(" elements"));
+    }
+    m_storage_text.push_back(size_text->second);
     m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
     return storage_value(m_storages.size() - 1, offset);
@@ -148,6 +153,7 @@ Value* TorchHooks::storage_value(size_t pos, uint64_t offset) {
     Value* v = m_arena.make(ValueKind::storage, offset);
     v->i = static_cast<int64_t>(pos);
     v->s = m_storage_text[pos];
+    v->s2 = m_storages[pos].key;
     return v;
 }
 
@@ -165,7 +171,9 @@ Value* TorchHooks::tensor_value(TensorInfo info, Value* made) {
     std::string& text = m_scratch;
     text.assign(dtype_name(info.dtype)).append("[");
     for (size_t n = 0; n < info.shape.size(); ++n) append_int(text.append(n ? ", " : ""), info.shape[n]);
-    v->s = m_arena.own(text.append("]"));
+    text.append("]");
+    if (text != m_tensor_text) m_tensor_text = m_arena.own(text);  // tensors in a row share a shape, as a rule
+    v->s = m_tensor_text;
     m_tensors.push_back(std::move(info));
     return v;
 }

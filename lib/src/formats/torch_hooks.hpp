@@ -2,8 +2,10 @@
 // rebuild functions, and the handful of builtins a torch pickle uses. Nothing here calls anything.
 #pragma once
 
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "pickle/bound_methods.hpp"
 #include "ckpt/checkpoint.hpp"
@@ -99,6 +101,8 @@ private:
     const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
     std::string_view m_class_name;
     std::vector<std::string_view> m_storage_text;  // by position in m_storages: its values' text (in the arena)
+    std::map<std::pair<DType, uint64_t>, std::string_view> m_size_text;  // those texts, by dtype and size
+    std::string_view m_tensor_text;  // the last tensor value's text ("float32[4, 4]", in the arena)
     std::unordered_map<std::string, StorageView> m_views;          // view key → the slice (legacy files only)
     std::unordered_map<const Value*, const StorageView*> m_view_of;  // a slice's value → the slice
     BoundMethods m_methods;

@@ -97,7 +97,7 @@ Value* TorchHooks::rebuild_meta(Value* made, std::string_view name, const ValueL
     e->device = "meta";
     if (wrapper) {
         if (is_int(a[4])) t.storage_offset = a[4]->i;
-        if (a[0]->kind == ValueKind::global) t.subclass = global_name(a[0]);
+        if (a[0]->kind == ValueKind::global) t.subclass = m_arena.own(global_name(a[0]));
         if (a[5]->kind == ValueKind::global)
             if (auto l = layout_from_name(a[5]->s2)) t.layout = *l;
         const Value* dev = a[6];
@@ -231,7 +231,7 @@ Value* TorchHooks::rebuild_from_type(Value* made, const ValueList& a) {
     const Value* state = t->state;  // _rebuild_parameter_with_state's, for a Parameter subclass
     std::string sub = global_name(a[1]);
     if (sub == "torch.nn.parameter.Parameter") info.is_parameter = true;
-    else if (sub != "torch.Tensor" && info.layout != Layout::jagged) info.subclass = sub;
+    else if (sub != "torch.Tensor" && info.layout != Layout::jagged) info.subclass = m_arena.own(sub);
     Value* v = tensor_value(std::move(info), made);
     if (a.size() > 3 && m_tensors.back().layout != Layout::jagged) state = a[3];  // a jagged tensor's are its internals
     v->state = has_attributes(state) ? const_cast<Value*>(state) : nullptr;

@@ -18,16 +18,14 @@ bool sniff_torch_zip(ByteView bytes) { return ZipArchive::sniff(bytes); }
 void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.zip = std::make_unique<ZipArchive>(ZipArchive::open(c.bytes()));
     const auto& entries = c.zip->entries();
-    c.records.reserve(entries.size());
-    // A CRC-32 of 0 on a record that is not empty is torch 2.x saying it wrote none
-    // (set_crc32_options(False), or skip_data()'s storages), not a checksum: the record is unchecked.
-    for (const auto& e : entries) c.add_record_named_in_file({e.name, e.size, e.crc32 != 0 || e.size == 0, e.crc32, {}});
+    c.add_zip_records();
     if (entries.empty()) throw Error(ErrorKind::format, "", "an empty zip archive, not a checkpoint");
     std::string_view first = entries.front().name;
     size_t slash = first.find('/');
     if (slash == std::string_view::npos && sniff_export(*c.zip)) {  // its records at the top level, not in a folder
         c.records.clear();
         c.record_by_name = StringIndex();
+        c.records_are_zip_entries = false;
         return read_export(c, options);
     }
     if (slash == std::string_view::npos || slash == 0)
@@ -76,13 +74,17 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.root = r.root;
     c.protocol = r.protocol;
 
-    const std::string data = prefix + "data/";
+    std::string record = prefix + "data/";  // each storage's record name, made in one buffer
+    const size_t data = record.size();
     for (auto& s : c.storages) {
-        s.record.reserve(data.size() + s.key.size());
-        s.record.append(data).append(s.key);
-        if (const ZipEntry* e = c.zip->find(s.record)) {
+        record.resize(data);
+        record.append(s.key);
+        if (const ZipEntry* e = c.zip->find(record)) {
+            s.record = e->name;  // the directory's text
             s.record_present = true;
             s.record_size = e->size;
+        } else {
+            s.record = c.keep(record);
         }
     }
 }

@@ -188,12 +188,17 @@ std::optional<uint64_t> Checkpoint::Contents::record_file_offset(size_t i) const
 }
 std::optional<uint64_t> Checkpoint::record_file_offset(size_t i) const { return m->record_file_offset(i); }
 
-std::optional<size_t> Checkpoint::Contents::record_index(const std::string& name) const {
+std::optional<size_t> Checkpoint::Contents::record_index(std::string_view name) const {
+    if (records_are_zip_entries) {
+        const ZipEntry* e = zip->find(name);
+        if (!e) return std::nullopt;
+        return static_cast<size_t>(e - zip->entries().data());
+    }
     size_t pos = record_by_name.find(name, [this](size_t i) -> std::string_view { return records[i].name; });
     if (pos == StringIndex::npos) return std::nullopt;
     return pos;
 }
-std::optional<size_t> Checkpoint::record_index(const std::string& name) const { return m->record_index(name); }
+std::optional<size_t> Checkpoint::record_index(std::string_view name) const { return m->record_index(name); }
 
 void Checkpoint::Contents::keep_records_only() {
     root = nullptr;
@@ -209,14 +214,41 @@ void Checkpoint::Contents::keep_records_only() {
     arena.clear();
 }
 
-void Checkpoint::Contents::add_record(RecordInfo record) {
+std::string_view Checkpoint::Contents::add_record(RecordInfo record) {
     record.name = names.keep(record.name);
+    std::string_view kept = record.name;
     add_record_named_in_file(std::move(record));
+    return kept;
+}
+
+std::string_view Checkpoint::Contents::keep(std::string_view text) {
+    if (text.empty()) return {};
+    if (text == "cpu") return "cpu";
+    return names.keep(text);
+}
+
+void Checkpoint::Contents::add_zip_records() {
+    const auto& entries = zip->entries();
+    records.reserve(records.size() + entries.size());
+    // A CRC-32 of 0 on a record that is not empty is torch 2.x saying it wrote none
+    // (set_crc32_options(False), or skip_data()'s storages), not a checksum: the record is unchecked.
+    for (const auto& e : entries) records.push_back({e.name, e.size, e.crc32 != 0 || e.size == 0, e.crc32, {}});
+    records_are_zip_entries = records.size() == entries.size();
+    if (!records_are_zip_entries) index_records(records.size() - entries.size());  // records before the zip's
+}
+
+void Checkpoint::Contents::index_records(size_t from) {
+    for (size_t i = from; i < records.size(); ++i)
+        record_by_name.insert(records[i].name, i, [this](size_t k) -> std::string_view { return records[k].name; });
 }
 
 void Checkpoint::Contents::add_record_named_in_file(RecordInfo record) {
-    record_by_name.insert(record.name, records.size(), [this](size_t i) -> std::string_view { return records[i].name; });
+    if (records_are_zip_entries) {  // the zip's index no longer covers every record: one of their own
+        records_are_zip_entries = false;
+        index_records(0);
+    }
     records.push_back(std::move(record));
+    index_records(records.size() - 1);
 }
 bool Checkpoint::zip64() const { return m->zip && m->zip->zip64(); }
 size_t Checkpoint::compressed_records() const {

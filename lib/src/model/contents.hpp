@@ -52,13 +52,22 @@ struct Checkpoint::Contents {
     std::vector<RecordInfo> records;
     std::vector<std::pair<uint64_t, uint64_t>> record_ranges;  // safetensors, legacy: [begin, end) in the file
     StringIndex record_by_name;  // the first record of each name
-    // Adds a record, keeping a copy of its name in `names` (the name need only live for the call).
-    void add_record(RecordInfo record);
+    // A torch.save archive's records are its zip's entries, in order, and the zip's index finds
+    // them: the one index serves both (one of 100,000 names is 2 MiB and a hash of each).
+    bool records_are_zip_entries = false;
+    void add_zip_records();
+    void index_records(size_t from);  // adds records [from, end) to record_by_name
+    // Adds a record, keeping a copy of its name in `names` (the name need only live for the call);
+    // returns the kept name.
+    std::string_view add_record(RecordInfo record);
+    // A copy of `text` in `names` (a storage's key or location, a tensor's subclass …), as long-lived
+    // as the checkpoint; "cpu" and "" cost nothing.
+    std::string_view keep(std::string_view text);
     // The same for a record whose name is in the file's mapping already (a zip directory's).
     void add_record_named_in_file(RecordInfo record);
     // Checkpoint's answers of the same names.
     RecordData record_data(size_t record) const;
-    std::optional<size_t> record_index(const std::string& name) const;
+    std::optional<size_t> record_index(std::string_view name) const;
     std::optional<uint64_t> record_file_offset(size_t record) const;
     const MappedFile& record_file(size_t record) const;
 

@@ -26,7 +26,8 @@ void ModelBuilder::build(bool own_storages) {
 
 void ModelBuilder::add_leaf(const std::string& key, const Value* v) {
     Entry e;
-    e.key = c.arena.own(key);  // with the values the entries point at: keep_records_only frees both
+    // With the values the entries point at: keep_records_only frees both.
+    e.key = key == m_root_key ? m_root_key : c.arena.own(key);
     e.value = v;
     if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i);
     entry_by_key.insert(key, c.entries.size(), entry_key());
@@ -67,8 +68,9 @@ void ModelBuilder::flatten(const Value* v, std::string& key, int depth,
     };
     // A dict key's path part; str keys, nearly all of them, without a string of their own.
     auto dict_child = [&](const Value* k, const Value* x) {
-        if (k->kind == ValueKind::string) child(k->s, x);
-        else child(key_part(k), x);
+        if (k->kind != ValueKind::string) return child(key_part(k), x);
+        if (key.empty()) m_root_key = k->s;
+        child(k->s, x);
     };
     bool is_dict = v->kind == ValueKind::dict;
     bool is_seq = v->kind == ValueKind::list || v->kind == ValueKind::tuple;

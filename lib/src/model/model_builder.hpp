@@ -32,6 +32,9 @@ private:
     void resolve_components();   // storage_checks.cpp
     void flatten(const Value* v, std::string& key, int depth, std::unordered_set<const Value*>& path);
     void add_leaf(const std::string& key, const Value* v);
+    // The last str key of the root dict: the pickle's (or the arena's) text, which lives as long as
+    // the entries; an entry at that key views it instead of a copy of its own.
+    std::string_view m_root_key;
     bool contains_tensor(const Value* v, int depth, std::unordered_set<const Value*>& path);
     void find_state_dict();      // state_dict.cpp, as the four below
     size_t dict_tensor_count(const Value* v) const;

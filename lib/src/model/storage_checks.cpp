@@ -14,13 +14,13 @@ namespace ckpt {
 void ModelBuilder::check_storages() {
     for (const auto& s : c.storages) {
         if (!s.record_present) {
-            c.problems.push_back({"missing_record", s.record,
-                                    "storage " + s.key + " has no record " + s.record});
+            c.problems.push_back({"missing_record", std::string(s.record),
+                                    "storage " + std::string(s.key) + " has no record " + std::string(s.record)});
         } else if (s.record_size != s.nbytes()) {
             c.problems.push_back(
-                {"record_size", s.record,
-                 "record " + s.record + " holds " + std::to_string(s.record_size) + " bytes, but storage " +
-                     s.key + " is " + std::to_string(s.numel) + " × " + std::string(dtype_name(s.dtype)) +
+                {"record_size", std::string(s.record),
+                 "record " + std::string(s.record) + " holds " + std::to_string(s.record_size) + " bytes, but storage " +
+                     std::string(s.key) + " is " + std::to_string(s.numel) + " × " + std::string(dtype_name(s.dtype)) +
                      " = " + std::to_string(s.nbytes()) + " bytes"});
         }
     }
@@ -40,7 +40,7 @@ void ModelBuilder::check_storages() {
             c.problems.push_back(
                 {"out_of_bounds", std::string(key),
                  "tensor " + std::string(key) + " (offset " + std::to_string(t.storage_offset) + ", spans " +
-                     std::to_string(t.extent) + " elements) runs past the end of storage " + s.key +
+                     std::to_string(t.extent) + " elements) runs past the end of storage " + std::string(s.key) +
                      " (" + std::to_string(elem_capacity) + " elements)"});
     };
     for (const Entry& e : c.entries)
@@ -56,12 +56,12 @@ std::optional<std::vector<int64_t>> small_ints(const Checkpoint::Contents& c, co
     if (t.numel > (1u << 22)) return why = std::to_string(t.numel) + " elements, more than this reader takes", std::nullopt;
     const StorageInfo& s = c.storages[t.storage];
     auto r = c.record_index(s.record);
-    if (!s.record_present || !r) return why = "its record " + s.record + " is missing", std::nullopt;
+    if (!s.record_present || !r) return why = "its record " + std::string(s.record) + " is missing", std::nullopt;
     RecordData data = c.record_data(*r);
     ByteView v = data.view();
     auto end = checked_add(static_cast<uint64_t>(t.storage_offset), t.extent);
     auto bytes = end ? checked_mul(*end, uint64_t{8}) : std::nullopt;
-    if (t.numel && (!bytes || *bytes > v.size)) return why = "its record " + s.record + " is too short", std::nullopt;
+    if (t.numel && (!bytes || *bytes > v.size)) return why = "its record " + std::string(s.record) + " is too short", std::nullopt;
     std::vector<int64_t> out;
     out.reserve(t.numel);
     std::vector<int64_t> at(t.shape.size(), 0);
