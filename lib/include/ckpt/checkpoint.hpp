@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/bytes.hpp"
+#include "ckpt/dims.hpp"
 #include "ckpt/dtype.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/pickle_limits.hpp"
@@ -66,8 +67,8 @@ struct TensorExtra {
 };
 
 struct TensorInfo {
-    std::vector<int64_t> shape;
-    std::vector<int64_t> stride;
+    Dims shape;
+    Dims stride;
     int64_t storage_offset = 0;  // elements
     size_t storage = 0;          // index into Checkpoint::storages
     std::string_view rebuild;    // the rebuild function ("torch._utils._rebuild_tensor_v2"); static text

@@ -294,7 +294,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
         params.push_back({std::string(e.name), &t});
     }
     // The shape a parameter's state says it has (its first state tensor that is not a scalar).
-    auto state_shape = [&](const Value* fields) -> const std::vector<int64_t>* {
+    auto state_shape = [&](const Value* fields) -> const Dims* {
         if (!fields || fields->kind != ValueKind::dict) return nullptr;
         for (size_t k = 0; k < fields->dict_size(); ++k) {
             const Value* v = fields->dict_value(k);
@@ -326,7 +326,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             for (size_t i = 0; i < state->dict_size(); ++i) {
                 if (state->dict_key(i)->kind != ValueKind::string) continue;
                 auto p = by_name.find(std::string(state->dict_key(i)->s));
-                const std::vector<int64_t>* shape = state_shape(state->dict_value(i));
+                const Dims* shape = state_shape(state->dict_value(i));
                 if (p != by_name.end() && shape && *shape != p->second->shape)
                     out.push_back({"optimizer_mismatch", o.key,
                                    where + ": the state of " + p->first + " is " + shape_text(*shape) + ", the parameter is " +
@@ -356,7 +356,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             // One group over all of them: torch numbers the parameters in model order.
             for (size_t i = 0; i < groups[0].size(); ++i) {
                 auto st = state_of.find(groups[0][i]);
-                const std::vector<int64_t>* shape = st == state_of.end() ? nullptr : state_shape(st->second);
+                const Dims* shape = st == state_of.end() ? nullptr : state_shape(st->second);
                 if (shape && *shape != params[i].second->shape) {
                     out.push_back({"optimizer_mismatch", o.key,
                                    where + ": the state of parameter " + std::to_string(groups[0][i]) + " is " + shape_text(*shape) +
@@ -374,7 +374,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             size_t at = 0;
             for (int64_t id : groups[g]) {
                 auto st = state_of.find(id);
-                const std::vector<int64_t>* shape = st == state_of.end() ? nullptr : state_shape(st->second);
+                const Dims* shape = st == state_of.end() ? nullptr : state_shape(st->second);
                 while (at < params.size() && shape && *shape != params[at].second->shape) ++at;
                 if (at == params.size()) {
                     out.push_back({"optimizer_mismatch", o.key,

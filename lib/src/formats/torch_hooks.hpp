@@ -18,7 +18,8 @@ namespace ckpt {
 namespace torch_values {  // what the rebuild functions' arguments are (torch_hooks.cpp, torch_rebuilds.cpp)
 inline bool is_int(const Value* v) { return v->kind == ValueKind::integer || v->kind == ValueKind::boolean; }
 // A tuple of ints (a torch.Size is a tuple too).
-inline bool int_tuple(const Value* v, std::vector<int64_t>& out) {
+template <class Ints>  // std::vector<int64_t>, Dims
+bool int_tuple(const Value* v, Ints& out) {
     if (v->kind != ValueKind::tuple && v->kind != ValueKind::list) return false;
     out.clear();
     out.reserve(v->items.size());

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "pickle/pickle.hpp"
+#include "ckpt/dims.hpp"
 #include "ckpt/value.hpp"
 #include "support/builders.hpp"
 #include "support/limits.hpp"
@@ -149,4 +151,38 @@ TEST_CASE("value: recycled values are handed out again, shared ones and constant
     Value* other = tuple_of({arena.none(), arena.none(), arena.none()});
     CHECK(other->items.begin() != kept_tuple->items.begin());
     CHECK(kept_tuple->items[1]->i == 1002);
+}
+
+TEST_CASE("dims: two in place, more on the heap, and a copy or move of either is its own") {
+    Dims none;
+    CHECK(none.empty());
+    Dims two{4, 4};
+    Dims five{2, 3, 5, 7, 11};
+    CHECK(two == std::vector<int64_t>{4, 4});
+    CHECK(std::vector<int64_t>{2, 3, 5, 7, 11} == five);
+    CHECK(two != five);
+    Dims grown = two;
+    for (int64_t n = 0; n < 100; ++n) grown.push_back(n);  // from in place to the heap, doubling
+    REQUIRE(grown.size() == 102);
+    CHECK(grown[0] == 4);
+    CHECK(grown.back() == 99);
+    CHECK(two.size() == 2);  // the copy grew, not the original
+    Dims moved = std::move(grown);
+    CHECK(moved.size() == 102);
+    CHECK(grown.empty());  // NOLINT: a moved-from Dims is empty and usable
+    grown.push_back(1);
+    CHECK(grown == std::vector<int64_t>{1});
+    Dims small = std::move(two);
+    CHECK(small == std::vector<int64_t>{4, 4});
+    moved = small;  // heap to in place: the copy's size, its own storage
+    CHECK(moved == small);
+    five = std::vector<int64_t>{9};
+    CHECK(five.size() == 1);
+    five.resize(4, -1);
+    CHECK(five == std::vector<int64_t>{9, -1, -1, -1});
+    std::vector<int64_t> as_vector = five;
+    CHECK(as_vector.size() == 4);
+    Dims filled(3, 1);
+    filled.assign(2, 0);
+    CHECK(filled == std::vector<int64_t>{0, 0});
 }
