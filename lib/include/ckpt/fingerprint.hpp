@@ -46,13 +46,13 @@ TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count);
 struct TensorPrint {
     std::string key;   // state-dict name (scope "state_dict") or full dotted key (scope "all")
     std::string dtype;
-    std::vector<int64_t> shape;
+    Dims shape;
     TensorStats stats;
     bool readable = true;  // false when its storage record is missing or too short
 };
 
 struct RecordCrc {
-    std::string record;
+    std::string_view record;  // RecordInfo::name: the checkpoint's text, valid while it is open
     uint32_t expected = 0, actual = 0;
     bool ok() const { return expected == actual; }
 };

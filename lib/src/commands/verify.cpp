@@ -40,8 +40,8 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::v
                         const GlobalPolicy& policy, std::vector<Finding>& out) {
     for (const auto& r : fp.records)
         if (!r.ok())
-            out.push_back({"crc_mismatch", r.record,
-                           "record " + r.record + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
+            out.push_back({"crc_mismatch", std::string(r.record),
+                           "record " + std::string(r.record) + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
                                hex32(r.expected) + " (the bytes changed after they were written)"});
     for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
     // By the first record of each name (record_index): whether a storage names it.

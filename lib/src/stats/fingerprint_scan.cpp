@@ -198,7 +198,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
                     if (buffer.empty()) buffer.resize(k_read_buffer);
                     slots[slot_of_tensor.at(w.tensors[0])] = stats_of_file_range(
                         t.dtype, file.fd(), *at, t.numel, crc_here ? &crc : nullptr, o.hash_only, buffer, file.path());
-                    if (crc_here) crcs[order[n]] = {std::string(rec.name), rec.crc32, crc};
+                    if (crc_here) crcs[order[n]] = {rec.name, rec.crc32, crc};
                     report_progress(w.bytes);
                     continue;
                 }
@@ -211,9 +211,9 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
                     file.advise_sequential(v);
                     slots[slot_of_tensor.at(w.tensors[0])] =
                         stats_over(t.dtype, v.data, &t, t.numel, &crc, o.hash_only, [&](ByteView done) { file.release(done); });
-                    crcs[order[n]] = {std::string(rec.name), rec.crc32, crc};
+                    crcs[order[n]] = {rec.name, rec.crc32, crc};
                 } else {
-                    if (crc_here) crcs[order[n]] = {std::string(rec.name), rec.crc32, crc32_of(v)};
+                    if (crc_here) crcs[order[n]] = {rec.name, rec.crc32, crc32_of(v)};
                     // One tensor read once (safetensors, or a view of part of its record): its
                     // pages leave in windows as it goes. readable() checked the bounds.
                     const MappedFile& file = c.record_file(w.record);
@@ -290,9 +290,11 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
         if (o.take) o.take(std::move(p));
         else f.tensors.push_back(std::move(p));
     }
-    if (o.check_crc)  // items are every record, in directory order; safetensors records have no CRC
+    if (o.check_crc) {  // items are every record, in directory order; safetensors records have no CRC
+        f.records.reserve(static_cast<size_t>(std::count_if(items.begin(), items.end(), [&](const WorkItem& w) { return c.records()[w.record].has_crc; })));
         for (size_t i = 0; i < items.size(); ++i)
-            if (c.records()[items[i].record].has_crc) f.records.push_back(std::move(crcs[i]));
+            if (c.records()[items[i].record].has_crc) f.records.push_back(crcs[i]);
+    }
     return f;
 }
 
