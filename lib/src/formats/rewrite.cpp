@@ -23,8 +23,7 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
     for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), ""});
     if (c.format() == Format::legacy)  // its persistent ids, as the zip format's: without the sixth item
         for (const auto& p : trace->persistent_ids) {
-            if (p.pid->kind == ValueKind::tuple && !p.pid->items.empty() && p.pid->items[0]->kind == ValueKind::string &&
-                p.pid->items[0]->s == "module")
+            if (p.first == "module")
                 throw Error(ErrorKind::unsupported, c.path(),
                             "a pickled nn.Module in the legacy format names its classes by persistent ids, which the zip "
                             "format cannot hold; convert its state dict with --weights-only");
@@ -35,7 +34,9 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
         }
     std::sort(edits.begin(), edits.end(), [](const PickleEdit& a, const PickleEdit& b) { return a.pos < b.pos; });
     std::string out;
-    out.reserve(pk.size + edits.size() * 16);
+    uint64_t size = pk.size;  // exactly: a pickle of 10 MiB grew by doublings to twice that
+    for (const PickleEdit& e : edits) size += e.text.size();
+    out.reserve(size);
     uint64_t at = 0;
     for (const PickleEdit& e : edits) {
         if (e.pos < at || e.len == 0 || e.pos + e.len > pk.size)
@@ -84,14 +85,13 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     std::unordered_set<uint64_t> pid_pos;
     std::unordered_set<size_t> seen;
     for (const auto& p : trace->persistent_ids) {
-        if (p.pid->kind != ValueKind::tuple || p.pid->items.size() < 3 || p.pid->items[2]->kind != ValueKind::string)
-            continue;
-        auto s = storage_of.find(std::string(p.pid->items[2]->s));
+        if (!p.has_key) continue;
+        auto s = storage_of.find(std::string(p.key));
         if (s == storage_of.end()) continue;
         seen.insert(s->second);
         auto r = retype.find(s->second);
-        std::string want = r != retype.end() ? "torch." + std::string(storage_class_of(r->second)) : global_name(p.pid->items[1]);
-        sites.push_back({p.type_pos, p.pid->items[1], want});
+        std::string want = r != retype.end() ? "torch." + std::string(storage_class_of(r->second)) : global_name(p.cls);
+        sites.push_back({p.type_pos, p.cls, want});
         pid_pos.insert(p.type_pos);
     }
     for (const auto& g : trace->string_gets)

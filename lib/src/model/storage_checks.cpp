@@ -4,7 +4,6 @@
 // sizes, strides and offsets parts.
 #include <cstring>
 #include <functional>
-#include <unordered_set>
 
 #include "model/model_builder.hpp"
 #include "io/zip.hpp"
@@ -24,7 +23,7 @@ void ModelBuilder::check_storages() {
                      " = " + std::to_string(s.nbytes()) + " bytes"});
         }
     }
-    std::unordered_set<size_t> reported;
+    std::vector<char> reported(c.tensors.size());  // by tensor: checked already
     // A sparse or nested tensor is checked through the tensors it is made of (its key, then the part's name).
     std::function<void(std::string_view, size_t)> check = [&](std::string_view key, size_t i) {
         const TensorInfo& t = c.tensors[i];
@@ -32,7 +31,8 @@ void ModelBuilder::check_storages() {
             for (const TensorPart& p : t.extra->parts) check(std::string(key) + "." + std::string(p.name), p.tensor);
             for (size_t k = 0; k < t.extra->components.size(); ++k) check(std::string(key) + "[" + std::to_string(k) + "]", t.extra->components[k]);
         }
-        if (!t.strided_view() || !reported.insert(i).second) return;
+        if (!t.strided_view() || reported[i]) return;
+        reported[i] = 1;
         const StorageInfo& s = c.storages[t.storage];
         uint64_t elem_capacity = s.dtype == DType::untyped ? s.numel / dtype_size(t.dtype) : s.numel;
         uint64_t need = t.numel == 0 ? 0 : static_cast<uint64_t>(t.storage_offset) + t.extent;
@@ -44,7 +44,7 @@ void ModelBuilder::check_storages() {
                      " (" + std::to_string(elem_capacity) + " elements)"});
     };
     for (const Entry& e : c.entries)
-        if (e.tensor && !reported.count(*e.tensor)) check(e.key, *e.tensor);
+        if (e.tensor && !reported[*e.tensor]) check(e.key, *e.tensor);
 }
 
 namespace {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/bytes.hpp"
@@ -58,19 +60,27 @@ struct PickleTrace {
         const Value* value;  // the string (or global) a GET fetched from the memo
         uint64_t pos;        // the GET opcode
     };
+    // What the writers read of the tuple a BINPERSID consumed (torch: 'storage', class, key,
+    // location, numel), not the tuple: it goes back to the arena with the rebuild that read it (100,000
+    // tensors kept 40 MiB of such tuples alive under a trace).
     struct PersistentIdSite {
-        const Value* pid;    // the tuple a BINPERSID consumed (torch: 'storage', class, key, location, numel)
-        uint64_t type_pos;   // the opcode that pushed its second element (the storage class)
-        uint64_t view_pos;   // legacy 6-tuples: the opcode that pushed the sixth (view metadata), else 0
+        std::string_view first;  // its first element when a str ("storage", legacy "module"; the pickle's text)
+        const Value* cls;        // its second (the storage class): a global, never recycled, or what it is (kept)
+        std::string_view key;    // its third when a str (the storage key), else empty
+        bool has_key;            // the third is a str
+        uint64_t type_pos;       // the opcode that pushed the second element
+        uint64_t view_pos;       // legacy 6-tuples: the opcode that pushed the sixth (view metadata), else 0
     };
     struct StackGlobal {
         uint64_t pos;       // the STACK_GLOBAL opcode
         uint64_t name_pos;  // the opcode that pushed its name string
         const Value* name;  // that string
     };
-    std::vector<KeySite> key_sites;   // SETITEM, SETITEMS and DICT, in execution order
-    std::vector<StringGet> string_gets;  // GETs of strings and of globals
-    std::vector<PersistentIdSite> persistent_ids;  // BINPERSIDs of a tuple built just before
+    // Deques, not vectors: 100,000 tensors make half a million GETs, and a vector's doublings held
+    // up to three times the rows (the old and the new block) at the writers' peak.
+    std::deque<KeySite> key_sites;   // SETITEM, SETITEMS and DICT, in execution order
+    std::deque<StringGet> string_gets;  // GETs of strings and of globals
+    std::deque<PersistentIdSite> persistent_ids;  // BINPERSIDs of a tuple built just before
     std::vector<StackGlobal> stack_globals;
     std::vector<uint64_t> frames;     // FRAME opcodes (9 bytes each)
 };

@@ -50,19 +50,18 @@ void check_memoized_size(const Checkpoint& c, size_t at) {
     CHECK(shape->items[0]->i == 300);
 }
 
-// Opened with a trace: every persistent id it recorded is still the ('storage', class, key, …)
-// tuple it was, in order, though the rebuilds around it gave their values back.
+// Opened with a trace: every persistent id it recorded is still what its ('storage', class, key, …)
+// tuple said, in order, though the rebuilds around it gave their values back (the tuples too).
 void check_traced_storages(const Checkpoint& c, const std::vector<std::string>& keys) {
     REQUIRE(c.pickle_trace());
     const auto& ids = c.pickle_trace()->persistent_ids;
     REQUIRE(ids.size() == keys.size());
     for (size_t n = 0; n < ids.size(); ++n) {
-        const Value* pid = ids[n].pid;
-        REQUIRE(pid->kind == ValueKind::tuple);
-        REQUIRE(pid->items.size() == 5);
-        CHECK(pid->items[0]->s == "storage");
-        CHECK(pid->items[1]->kind == ValueKind::global);
-        CHECK(pid->items[2]->s == keys[n]);
+        CHECK(ids[n].first == "storage");
+        REQUIRE(ids[n].cls->kind == ValueKind::global);
+        CHECK(global_name(ids[n].cls) == "torch.FloatStorage");
+        CHECK(ids[n].has_key);
+        CHECK(ids[n].key == keys[n]);
     }
 }
 
