@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,9 +27,40 @@
 
 namespace ckpt {
 
+// A statistic, or none (the mean of an empty tensor): std::optional<double> in 8 bytes, not 16 (a
+// verify of 100,000 tensors holds 200,000 sets of six). None is a signalling NaN with a payload of its
+// own, which no arithmetic makes (its NaNs are quiet), and the value is kept as its bits: a NaN that
+// a statistic is (of a tensor holding NaN) stays a value.
+class Stat {
+public:
+    Stat() = default;
+    Stat(std::nullopt_t) {}  // NOLINT: as std::optional's
+    Stat(double d) {         // NOLINT: as std::optional's
+        std::memcpy(&m_bits, &d, sizeof d);
+        if (m_bits == k_none) m_bits = k_quiet_nan;  // never none: that bit pattern is only made here
+    }
+    Stat(const std::optional<double>& o) : Stat() {  // NOLINT: as std::optional's
+        if (o) *this = Stat(*o);
+    }
+    bool has_value() const { return m_bits != k_none; }
+    explicit operator bool() const { return has_value(); }
+    double operator*() const {
+        double d;
+        std::memcpy(&d, &m_bits, sizeof d);
+        return d;
+    }
+    double value_or(double other) const { return has_value() ? **this : other; }
+    void reset() { m_bits = k_none; }
+
+private:
+    static constexpr uint64_t k_none = 0x7ff4'0000'dead'beefULL;
+    static constexpr uint64_t k_quiet_nan = 0x7ff8'0000'0000'0000ULL;
+    uint64_t m_bits = k_none;
+};
+
 struct TensorStats {
     uint64_t count = 0;  // numbers summarised (numel; 2·numel for complex)
-    std::optional<double> mean, std, min, max, abs_mean, l2;
+    Stat mean, std, min, max, abs_mean, l2;
     uint64_t nan = 0, inf = 0;
     std::string hash;
 };

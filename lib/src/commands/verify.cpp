@@ -31,7 +31,7 @@ std::string hex32(uint32_t v) {
     return b;
 }
 
-std::string number_text(const std::optional<double>& v) {
+std::string number_text(const Stat& v) {
     if (!v) return "none";
     return repr_float(*v);
 }
@@ -149,7 +149,7 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
 }
 
 // One statistic against its reference: within tolerance, and how far it moved.
-bool within(const std::optional<double>& a, const std::optional<double>& r, double rtol, double atol, double& relative) {
+bool within(const Stat& a, const Stat& r, double rtol, double atol, double& relative) {
     relative = 0;
     if (!a && !r) return true;
     if (!a || !r) {
@@ -212,8 +212,8 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
             continue;
         }
         const char* names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};
-        const std::optional<double>* av[] = {&a.stats.mean, &a.stats.std, &a.stats.min, &a.stats.max, &a.stats.abs_mean, &a.stats.l2};
-        const std::optional<double>* rv[] = {&r.stats.mean, &r.stats.std, &r.stats.min, &r.stats.max, &r.stats.abs_mean, &r.stats.l2};
+        const Stat* av[] = {&a.stats.mean, &a.stats.std, &a.stats.min, &a.stats.max, &a.stats.abs_mean, &a.stats.l2};
+        const Stat* rv[] = {&r.stats.mean, &r.stats.std, &r.stats.min, &r.stats.max, &r.stats.abs_mean, &r.stats.l2};
         bool ok = true;
         std::string message;
         for (size_t i = 0; i < 6; ++i) {

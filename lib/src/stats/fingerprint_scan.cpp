@@ -302,7 +302,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
 
 namespace {
 
-nlohmann::json number_json(const std::optional<double>& v) {
+nlohmann::json number_json(const Stat& v) {
     if (!v) return nullptr;
     if (std::isnan(*v)) return "nan";
     if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
@@ -328,7 +328,7 @@ const char* k_stat_names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};
 nlohmann::json stats_json(const TensorStats& s) {
     nlohmann::json j;
     j["count"] = s.count;
-    const std::optional<double>* v[] = {&s.mean, &s.std, &s.min, &s.max, &s.abs_mean, &s.l2};
+    const Stat* v[] = {&s.mean, &s.std, &s.min, &s.max, &s.abs_mean, &s.l2};
     for (size_t i = 0; i < 6; ++i) j[k_stat_names[i]] = number_json(*v[i]);
     j["nan"] = s.nan;
     j["inf"] = s.inf;
@@ -389,7 +389,7 @@ TensorPrint tensor_print_from_json(const nlohmann::json& r, size_t n, const std:
         if (!d.is_number_integer()) bad(where + ": \"shape\" is not a list of integers");
         t.shape.push_back(d.get<int64_t>());
     }
-    std::optional<double>* v[] = {&t.stats.mean, &t.stats.std, &t.stats.min, &t.stats.max, &t.stats.abs_mean, &t.stats.l2};
+    Stat* v[] = {&t.stats.mean, &t.stats.std, &t.stats.min, &t.stats.max, &t.stats.abs_mean, &t.stats.l2};
     for (size_t i = 0; i < 6; ++i)
         if (r.contains(k_stat_names[i])) *v[i] = number_from(r[k_stat_names[i]], where + "." + k_stat_names[i], path);
     auto count = [&](const char* name) -> uint64_t {

@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
 #include <functional>
 #include <string>
 #include <vector>
@@ -207,4 +210,29 @@ TEST_CASE("fingerprint: a large contiguous tensor read with pread gives what the
     // The file cut short after it was opened: a clean Error naming it (a mapping would fault, SIGBUS).
     REQUIRE(::truncate(path.c_str(), static_cast<off_t>(8 + header.size() + b / 2)) == 0);
     CHECK_THROWS_AS(fingerprint(*c, FingerprintOptions{}), Error);
+}
+
+TEST_CASE("fingerprint: a statistic is none, a number, or NaN, and NaN of any bits is a value") {
+    Stat none;
+    CHECK_FALSE(none.has_value());
+    CHECK_FALSE(Stat(std::nullopt));
+    CHECK(Stat(std::optional<double>()).has_value() == false);
+    Stat mean = 0.25;
+    REQUIRE(mean);
+    CHECK(*mean == 0.25);
+    Stat nan = std::numeric_limits<double>::quiet_NaN();
+    REQUIRE(nan.has_value());
+    CHECK(std::isnan(*nan));
+    // Every NaN bit pattern a tensor's statistic could be, the one that stands for none too.
+    for (uint64_t bits : {0x7ff4'0000'dead'beefULL, 0x7ff0'0000'0000'0001ULL, 0xfff8'0000'0000'0000ULL}) {
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        Stat s = d;
+        CHECK(s.has_value());
+        CHECK(std::isnan(*s));
+    }
+    mean.reset();
+    CHECK_FALSE(mean);
+    CHECK(mean.value_or(-1) == -1);
+    CHECK(sizeof(Stat) == sizeof(double));
 }
