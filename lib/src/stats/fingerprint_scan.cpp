@@ -70,6 +70,31 @@ std::optional<uint64_t> file_read_offset(const Checkpoint& c, const WorkItem& w,
     return at;
 }
 
+// Small records read through the mapping share pages, which releasing each record's own whole pages
+// never frees: 100,000 records of 64 bytes left 18 MiB resident. Read in file order (records of one
+// size keep it), each worker gives back the pages more than 1 MiB behind what it reads now. A page
+// another worker still reads comes back from the page cache: slower, never wrong (the mapping is of
+// the file, unmodified).
+class Trail {
+public:
+    void read(const MappedFile& file, ByteView v) {
+        constexpr uintptr_t k_lag = 1u << 20, k_step = 1u << 20;
+        auto at = reinterpret_cast<uintptr_t>(v.data);
+        if (&file != m_file || at < m_from) {  // another file, or back: start again from here
+            m_file = &file;
+            m_from = at;
+            return;
+        }
+        if (at - m_from < k_lag + k_step) return;
+        file.release({reinterpret_cast<const uint8_t*>(m_from), at - k_lag - m_from});
+        m_from = at - k_lag;
+    }
+
+private:
+    const MappedFile* m_file = nullptr;
+    uintptr_t m_from = 0;
+};
+
 }  // namespace
 
 Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
@@ -185,6 +210,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     };
     auto worker = [&]() {
         std::vector<uint8_t> buffer;
+        Trail trail;
         try {
             for (size_t n; (n = next.fetch_add(1)) < order.size();) {
                 if (failed) return;
@@ -227,6 +253,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
                 // what the workers read now, whatever the file's size; measured on 1 GiB: 26 MiB
                 // instead of 1 GiB, for ~10% more time in TLB shootdowns).
                 c.record_file(w.record).release(v);
+                trail.read(c.record_file(w.record), v);
                 report_progress(w.bytes);
             }
         } catch (...) {
