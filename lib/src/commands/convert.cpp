@@ -148,7 +148,7 @@ ConvertReport convert(const ConvertRequest& rq) {
     }
 
     OpenOptions open = rq.open;
-    open.trace_pickle = true;  // pth → pth patches the pickle
+    open.trace_pickle = r.format == "pth";  // pth → pth patches the pickle; safetensors needs no trace
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not convert a damaged checkpoint: " + c->problems().front().message);

@@ -115,8 +115,9 @@ Plan plan(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
 std::vector<std::pair<std::string, std::string>> shard_metadata(const Checkpoint& c, const ConvertRequest& rq,
                                                                 const ConvertReport& r, const std::vector<Planned>& shard,
                                                                 const std::unordered_set<std::string>& tensor_names) {
-    std::unordered_set<std::string_view> in_shard;
-    for (const Planned& p : shard) in_shard.insert(p.name);
+    std::unordered_set<std::string_view> in_shard;  // only for metadata that names tensors
+    if (!c.metadata().empty() || !r.deduplicated.empty())
+        for (const Planned& p : shard) in_shard.insert(p.name);
     std::vector<std::pair<std::string, std::string>> meta{{"format", "pt"}};
     for (const auto& [k, v] : c.metadata())
         if (!tensor_names.count(v) || tensor_names.count(k) || in_shard.count(v)) meta.push_back({k, v});
@@ -171,8 +172,9 @@ uint64_t write_shard(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
 void write_safetensors(std::unique_ptr<Checkpoint> c, const ConvertRequest& rq, ConvertReport& r) {
     Plan p = plan(*c, rq, r);
     const StateDict& sd = c->state_dict();
-    std::unordered_set<std::string> tensor_names;
-    for (const auto& e : sd.entries) tensor_names.insert(written_name(rq, e.name));
+    std::unordered_set<std::string> tensor_names;  // what an input's own __metadata__ may name
+    if (!c->metadata().empty())
+        for (const auto& e : sd.entries) tensor_names.insert(written_name(rq, e.name));
     // The index, made before the source may be closed: every state-dict name (aliases under their
     // kept name's shard), in state-dict order.
     std::vector<std::pair<std::string, std::string>> weight_map;
