@@ -309,6 +309,7 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
         }
         TensorInfo t = part.tensors()[v->i];
         t.storage = it->second;
+        t.subclass = c.keep(t.subclass);  // the part's text: this checkpoint may outlive it
         if (to != st.dtype) t.dtype = to;
         n->i = static_cast<int64_t>(c.tensors.size());
         n->s = c.arena.own(dtype_name(t.dtype));
