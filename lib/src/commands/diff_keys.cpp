@@ -179,8 +179,7 @@ Side filtered(const KeySet& ks, const std::vector<std::string>& ignore, size_t& 
 bool shapes_differ(const KeyInfo& a, const KeyInfo& b) { return a.shape && b.shape && *a.shape != *b.shape; }
 
 // Prefixes worth trying on one side: "" and every leading dotted path (up to four parts) that at
-// least half of the keys carry.
-// At each depth, at most two prefixes are that common: the Misra-Gries summary with two counters
+// least half of the keys carry. At each depth, at most two prefixes are that common: the Misra-Gries summary with two counters
 // holds every one carried by more than a third of the keys, and a second pass counts those. No
 // table of every prefix (a map of 200,000 nodes for 100,000 keys).
 std::vector<std::string> candidate_prefixes(const Side& s) {

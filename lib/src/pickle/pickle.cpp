@@ -549,12 +549,8 @@ PickleResult Machine::run() {
                 Value* pid = pop();
                 // The tuple just built, unless a hook ran since (one may give it back, its address reused)
                 if (m_trace && pid == m_last_tuple && m_last_tuple_calls == m_hook_calls && m_last_tuple_pos.size() >= 2) {
-                    const ValueList& it = pid->items;  // a tuple of m_last_tuple_pos.size() ≥ 2 items
-                    bool has_key = it.size() > 2 && it[2]->kind == ValueKind::string;
-                    it[1]->shared = true;  // the trace reads it after the run: nothing may take it back
-                    m_trace->persistent_ids.push_back({it[0]->kind == ValueKind::string ? it[0]->s : std::string_view(), it[1],
-                                                       has_key ? it[2]->s : std::string_view(), has_key, m_last_tuple_pos[1],
-                                                       m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0});
+                    m_trace->persistent_ids.push_back(PickleTrace::PersistentIdSite::of(
+                        *pid, m_last_tuple_pos[1], m_last_tuple_pos.size() == 6 ? m_last_tuple_pos[5] : 0));
                 }
                 ++m_hook_calls;
                 push(m_hooks.persistent_load(pid, m_op_offset));

@@ -318,7 +318,8 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
         else f.tensors.push_back(std::move(p));
     }
     if (o.check_crc) {  // items are every record, in directory order; safetensors records have no CRC
-        f.records.reserve(static_cast<size_t>(std::count_if(items.begin(), items.end(), [&](const WorkItem& w) { return c.records()[w.record].has_crc; })));
+        auto has_crc = [&](const WorkItem& w) { return c.records()[w.record].has_crc; };
+        f.records.reserve(static_cast<size_t>(std::count_if(items.begin(), items.end(), has_crc)));
         for (size_t i = 0; i < items.size(); ++i)
             if (c.records()[items[i].record].has_crc) f.records.push_back(crcs[i]);
     }
