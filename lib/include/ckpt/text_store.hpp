@@ -1,8 +1,8 @@
 // Text kept for as long as its owner lives, in blocks that never move: a name costs its bytes and
 // no allocation of its own, and a std::string_view of it stays valid until clear(). The value
-// arena keeps its strings (and so a checkpoint's entry keys) here; a checkpoint keeps the record
-// names that are not in its file in one of its own, which outlives the arena
-// (Contents::keep_records_only).
+// arena keeps its strings (and so a checkpoint's entry keys) here; a checkpoint keeps in one of
+// its own (Contents::names, which outlives the arena: keep_records_only) the record names that are
+// not in its file and the text of the tables it joined from parts.
 #pragma once
 
 #include <cstddef>

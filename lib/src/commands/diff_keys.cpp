@@ -179,9 +179,9 @@ Side filtered(const KeySet& ks, const std::vector<std::string>& ignore, size_t& 
 bool shapes_differ(const KeyInfo& a, const KeyInfo& b) { return a.shape && b.shape && *a.shape != *b.shape; }
 
 // Prefixes worth trying on one side: "" and every leading dotted path (up to four parts) that at
-// least half of the keys carry. At each depth, at most two prefixes are that common: the Misra-Gries summary with two counters
-// holds every one carried by more than a third of the keys, and a second pass counts those. No
-// table of every prefix (a map of 200,000 nodes for 100,000 keys).
+// least half of the keys carry. At each depth, at most two prefixes are that common: the
+// Misra-Gries summary with two counters holds every one carried by more than a third of the keys,
+// and a second pass counts those. No table of every prefix (a map of 200,000 nodes for 100,000 keys).
 std::vector<std::string> candidate_prefixes(const Side& s) {
     // The key's leading path of depth + 1 parts, with its dot ("" when it has no more parts).
     auto prefix = [](std::string_view name, int depth) -> std::string_view {

@@ -44,13 +44,15 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::v
                            "record " + std::string(r.record) + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
                                hex32(r.expected) + " (the bytes changed after they were written)"});
     for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
-    // By the first record of each name (record_index): whether a storage names it.
+    // By the first record of each name (record_index): whether a storage names it. A record not so
+    // marked (only then) is looked up by its name, for a first record of the same name that is.
     std::vector<char> storage_record(c.records().size());
     for (const auto& s : c.storages())
         if (auto r = c.record_index(s.record)) storage_record[*r] = 1;
     std::string data_dir = c.zip_root() + "/data/";
-    for (const RecordInfo& e : c.records())
-        if (c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
+    for (size_t i = 0; i < c.records().size(); ++i)
+        if (const RecordInfo& e = c.records()[i];
+            c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 && !storage_record[i] &&
             !storage_record[*c.record_index(e.name)])
             out.push_back({"unreferenced_record", std::string(e.name),
                            "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});

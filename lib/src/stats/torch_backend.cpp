@@ -100,7 +100,7 @@ AtenStats TorchBackend::stats(DType dtype, const std::vector<int64_t>& shape, co
                      storage.size, &s, err, sizeof err) != 0)
         throw Error(ErrorKind::unsupported, "", std::string("ATen: ") + err);
     AtenStats a;
-    std::optional<double>* v[] = {&a.mean, &a.std, &a.min, &a.max, &a.abs_mean, &a.l2};
+    Stat* v[] = {&a.mean, &a.std, &a.min, &a.max, &a.abs_mean, &a.l2};
     for (int i = 0; i < 6; ++i)
         if (s.defined & (1u << i)) *v[i] = s.stat[i];
     a.nan = s.nan;

@@ -2,7 +2,6 @@
 // Nothing here includes LibTorch; a process that never calls TorchBackend::get() never maps it.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +19,7 @@ struct NamedTensor {
 };
 
 struct AtenStats {
-    std::optional<double> mean, std, min, max, abs_mean, l2;
+    Stat mean, std, min, max, abs_mean, l2;  // as TensorStats' (ckpt/fingerprint.hpp)
     uint64_t nan = 0, inf = 0;
 };
 
