@@ -200,8 +200,10 @@ Value** ValueArena::slots(size_t n) {
             m_blocks.push_back(new_block(bytes));
             return static_cast<Value**>(m_blocks.back().get());
         }
+        // Doubling from 2 KiB, and never smaller than the request (256 slots would not hold a
+        // first tuple of 300 items).
         m_slot_block = m_slot_block ? std::min(m_slot_block * 2, k_huge_page) : 2048;
-        size_t bytes = m_slot_block;
+        size_t bytes = std::max(m_slot_block, n * sizeof(Value*));
         m_blocks.push_back(block(bytes));
         m_slot_next = static_cast<Value**>(m_blocks.back().get());
         m_slot_left = bytes / sizeof(Value*);

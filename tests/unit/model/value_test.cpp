@@ -29,6 +29,23 @@ TEST_CASE("value: lists grow in the arena and keep their elements in order") {
     CHECK(arena.list_of(ValueSpan()).empty());
 }
 
+TEST_CASE("value: a first list larger than the first slot block gets room for all its items") {
+    // The first slot block holds 256 items; a first tuple of 300 (or 3,000) once ran past its end.
+    for (size_t n : {257, 300, 3000, 60000}) {
+        ValueArena arena;
+        std::vector<Value*> items;
+        for (size_t i = 0; i < n; ++i) items.push_back(arena.integer(static_cast<int64_t>(i), 0));
+        ValueList first = arena.list_of(ValueSpan(items.data(), items.size()));
+        ValueList next = arena.list_of(ValueSpan(items.data(), 3));  // from the same block, after it
+        ValueList grown;
+        for (size_t i = 0; i < n; ++i) arena.append(grown, items[i]);
+        bool same = first.size() == n && grown.size() == n;
+        for (size_t i = 0; same && i < n; ++i) same = first[i] == items[i] && grown[i] == items[i];
+        CHECK(same);
+        CHECK((next.size() == 3 && next[0] == items[0] && next[2] == items[2]));
+    }
+}
+
 TEST_CASE("value: a list copied with list_of keeps its elements while the original grows on") {
     // torch's builtins.set(list) becomes a set whose items are a copy of the list's: appends to the
     // list, which move it to bigger slots and give its old pages back, leave the copy as it was.
