@@ -11,7 +11,6 @@
 #include "ckpt/globals.hpp"
 #include "base/string_index.hpp"
 
-#include <cerrno>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -156,25 +155,30 @@ private:
         return typed ? typed : o;
     }
     // Protocol 0 text arguments (pickle_text.cpp), kept in the arena.
-    std::string_view unescape_string_literal(std::string_view line) {
+    using Unescape = bool (*)(std::string_view, std::string&, std::string&);
+    std::string_view unescape(Unescape how, std::string_view line) {
         std::string out, error;
-        if (!pickle_text::string_literal(line, out, error)) fail(error);
-        return m_arena.own(std::move(out));
-    }
-    std::string_view unescape_raw_unicode(std::string_view line) {
-        std::string out, error;
-        if (!pickle_text::raw_unicode(line, out, error)) fail(error);
+        if (!how(line, out, error)) fail(error);
         return m_arena.own(std::move(out));
     }
     // Writers number memo entries densely from 0, so a vector serves them; a sparse or huge index
     // (only a hostile pickle writes one) goes to the map and costs what it holds, not its value.
+    // When the fetches are known (m_recycle), every index is below 2^24 and only a value some GET
+    // fetches is kept: the others are counted in m_put (torch.save memoizes ~10 values a tensor).
     void memo_put(uint64_t index) {
         Value* v = top();
-        if (!m_recycle || (index < m_fetched.size() && m_fetched[index])) v->shared = true;
+        bool kept = !m_recycle || (index < m_fetched.size() && m_fetched[index]);
+        if (kept) v->shared = true;
         bool dense = index < m_memo_dense.size() + 4096;
-        bool fresh = dense ? index >= m_memo_dense.size() || !m_memo_dense[index] : !m_memo.count(index);
+        bool fresh = m_recycle ? index >= m_put.size() || !m_put[index]
+                               : dense ? index >= m_memo_dense.size() || !m_memo_dense[index] : !m_memo.count(index);
         if (fresh && ++m_memo_count > m_limits.max_memo)
             limit("memo grows past " + std::to_string(m_limits.max_memo) + " entries");
+        if (m_recycle) {
+            if (index >= m_put.size()) m_put.resize(std::max<uint64_t>(index + 1, m_put.size() * 2));
+            m_put[index] = true;
+            if (!kept) return;
+        }
         if (dense) {
             if (index == m_memo_dense.size()) m_memo_dense.push_back(nullptr);  // the usual next index
             else if (index > m_memo_dense.size()) m_memo_dense.resize(index + 1, nullptr);
@@ -190,12 +194,8 @@ private:
         return it->second;
     }
     uint64_t parse_index_line(std::string_view line) {
-        std::string text(line);
-        char* end = nullptr;
-        errno = 0;
-        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE || text[0] == '-')
-            fail("bad memo index");
+        uint64_t v = 0;
+        if (!pickle_text::memo_index(line, v)) fail("bad memo index");
         return v;
     }
     // Dict semantics: a key set again keeps its first position and takes the new value, as
@@ -286,7 +286,7 @@ private:
     std::vector<Value*> m_memo_dense;
     uint64_t m_memo_count = 0;
     bool m_recycle = false;
-    std::vector<bool> m_fetched;  // pickle_ops::memo_fetches
+    std::vector<bool> m_fetched, m_put;  // pickle_ops::memo_fetches; the indices put (m_recycle)
     std::unordered_map<const Value*, StringIndex> m_dict_index;  // dict → position of each key in entries
     std::string m_key, m_key_at;  // canonical keys (scratch)
     uint64_t m_op_offset = 0;
@@ -368,7 +368,7 @@ PickleResult Machine::run() {
             }
             case 'S': {
                 Value* v = m_arena.make(ValueKind::string, m_op_offset);
-                v->s = unescape_string_literal(m_in.line());
+                v->s = unescape(pickle_text::string_literal, m_in.line());
                 push(v);
                 break;
             }
@@ -381,7 +381,7 @@ PickleResult Machine::run() {
             case 'U': push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
             case 'V': {
                 Value* v = m_arena.make(ValueKind::string, m_op_offset);
-                v->s = unescape_raw_unicode(m_in.line());
+                v->s = unescape(pickle_text::raw_unicode, m_in.line());
                 push(v);
                 break;
             }

@@ -247,4 +247,14 @@ bool int_literal(std::string_view line, Integer& out) {
 
 bool long_literal(std::string_view line, Integer& out) { return python_int(line, out); }
 
+bool memo_index(std::string_view line, uint64_t& out) {
+    std::string text(line);
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE || text[0] == '-') return false;
+    out = v;
+    return true;
+}
+
 }  // namespace ckpt::pickle_text

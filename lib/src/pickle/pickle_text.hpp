@@ -30,5 +30,7 @@ struct Integer {
 };
 bool int_literal(std::string_view line, Integer& out);   // INT, the whole line
 bool long_literal(std::string_view line, Integer& out);  // LONG, the trailing 'L' already cut
+// PUT and GET's argument: decimal digits, as strtoull reads them (no sign, no overflow).
+bool memo_index(std::string_view line, uint64_t& out);
 
 }  // namespace ckpt::pickle_text

@@ -64,6 +64,33 @@ TEST_CASE("pickle: memo, DUP, POP and the mark stack") {
     CHECK(r.root->items[0] == r.root->items[1]);  // the memo gives the same object back
 }
 
+TEST_CASE("pickle: the memo keeps what a GET fetches and counts every put") {
+    // Only entries some GET fetches are kept; MEMOIZE still numbers by every distinct entry, a
+    // re-put of an index is not a new entry, and the cap counts the entries never fetched.
+    PickleBuilder p;
+    p.proto(4).mark();
+    for (int i = 0; i < 300; ++i) p.integer(i).op('\x94');  // entries 0 … 299
+    p.binget(7).binget(255);
+    p.short_str("last").op('\x94');                          // entry 300
+    p.op('j').raw(std::string("\x2c\x01\0\0", 4));         // LONG_BINGET 300
+    p.binput(7).binget(7);                                   // entry 7 again: 'last'
+    p.tuple().stop();
+    std::string bytes = p.bytes();
+    Run r(bytes);
+    REQUIRE(r.root->items.size() == 305);
+    CHECK(r.root->items[300] == r.root->items[7]);
+    CHECK(r.root->items[301] == r.root->items[255]);
+    CHECK(repr(r.root->items[255], 10) == "255");
+    CHECK(r.root->items[302] == r.root->items[303]);
+    CHECK(r.root->items[304] == r.root->items[302]);
+    CHECK(repr(r.root->items[304], 10) == "'last'");
+    PickleLimits limits;
+    limits.max_memo = 301;  // entries 0 … 300: the re-put of 7 is not one more
+    CHECK(Run(bytes, limits).root->items.size() == 305);
+    limits.max_memo = 300;
+    CHECK(error_of(bytes, nullptr, limits) == ErrorKind::limit);
+}
+
 TEST_CASE("pickle: protocol 4 opcodes (FRAME, MEMOIZE, STACK_GLOBAL, sets)") {
     PickleBuilder p;
     p.proto(4).op('\x95').raw(std::string("\x20\0\0\0\0\0\0\0", 8));
