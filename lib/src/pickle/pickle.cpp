@@ -6,10 +6,10 @@
 // STACK_GLOBAL, an EXT code, BUILD or SETITEM on a global) it asks the hooks about.
 #include "pickle/pickle.hpp"
 
+#include "pickle/dict_keys.hpp"
 #include "pickle/pickle_ops.hpp"
 #include "pickle/pickle_text.hpp"
 #include "ckpt/globals.hpp"
-#include "base/string_index.hpp"
 
 #include <cstdlib>
 #include <unordered_map>
@@ -212,43 +212,15 @@ private:
             require_hashable(kv[n]);
             adopt(target, kv[n]);
             adopt(target, kv[n + 1]);
-            if (canonical_key(kv[n], m_key)) {
-                auto key_at = [&](size_t pos) -> std::string_view {
-                    canonical_key(target->entries[pos], m_key_at);
-                    return m_key_at;
-                };
-                auto [pos, fresh] = m_dict_index[target].insert(m_key, target->entries.size(), key_at);
-                if (!fresh) {
-                    target->entries.set(pos + 1, kv[n + 1]);
-                    if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
-                    continue;
-                }
+            auto [pos, fresh] = m_dict_keys.place(target, kv[n]);
+            if (!fresh) {
+                target->entries.set(pos + 1, kv[n + 1]);
+                if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
+                continue;
             }
             if (key_pos) m_trace->key_sites.push_back({target, target->entries.size() / 2, kv[n], key_pos[n]});
             m_arena.append(target->entries, kv[n]);
             m_arena.append(target->entries, kv[n + 1]);
-        }
-    }
-    // A text that is equal for keys Python's dict treats as equal (1 == 1.0 == True), for the
-    // hashable scalars; false for keys compared by identity here.
-    static bool canonical_key(const Value* k, std::string& out) {
-        switch (k->kind) {
-            case ValueKind::string: out = "s"; out += k->s; return true;
-            case ValueKind::bytes: out = "b"; out += k->s; return true;
-            case ValueKind::none: out = "n"; return true;
-            case ValueKind::boolean:
-            case ValueKind::integer: out = "i" + std::to_string(k->i); return true;
-            case ValueKind::big_integer: out = "B"; out += k->s; return true;
-            case ValueKind::floating:
-                // The range first: a cast of a double outside int64's range is undefined
-                // (found by fuzz_pickle: a key of 1e300).
-                if (k->f > -9.2e18 && k->f < 9.2e18 && k->f == static_cast<double>(static_cast<int64_t>(k->f))) {
-                    out = "i" + std::to_string(static_cast<int64_t>(k->f));
-                    return true;
-                }
-                out = "f" + repr_float(k->f);
-                return true;
-            default: return false;
         }
     }
     // A dict key or set item Python can hash: CPython raises TypeError on a list, dict, set or
@@ -287,8 +259,7 @@ private:
     uint64_t m_memo_count = 0;
     bool m_recycle = false;
     std::vector<bool> m_fetched, m_put;  // pickle_ops::memo_fetches; the indices put (m_recycle)
-    std::unordered_map<const Value*, StringIndex> m_dict_index;  // dict → position of each key in entries
-    std::string m_key, m_key_at;  // canonical keys (scratch)
+    DictKeys m_dict_keys;
     uint64_t m_op_offset = 0;
     uint64_t m_op_pos = 0;                // m_op_offset within the pickle
     uint8_t m_op = 0;                     // the opcode being run

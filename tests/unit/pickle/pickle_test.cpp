@@ -91,6 +91,28 @@ TEST_CASE("pickle: the memo keeps what a GET fetches and counts every put") {
     CHECK(error_of(bytes, nullptr, limits) == ErrorKind::limit);
 }
 
+TEST_CASE("pickle: a key set again keeps its first position, in small dicts and large ones") {
+    // Python's dict: 1 == 1.0 == True and 'a' == 'a'; the value is the last one set. A dict of up to
+    // eight keys is searched in place, a larger one through an index made when it grows past that.
+    auto dict_of = [](int keys) {
+        PickleBuilder p;
+        p.proto(2).empty_dict().mark();
+        for (int k = 0; k < keys; ++k) p.integer(k).short_str("v" + std::to_string(k));
+        p.setitems();
+        p.op('G').raw(std::string("\x3f\xf0\0\0\0\0\0\0", 8)).short_str("one").setitem();  // 1.0
+        p.op('\x88').short_str("true").setitem();                                              // True
+        p.integer(keys + 1).short_str("new").setitem();
+        p.short_str("d").mark().short_str("s").integer(1).short_str("s").integer(2).op('d').setitem();
+        p.stop();
+        return p.bytes();
+    };
+    CHECK(repr_of(dict_of(3)) == "{0: 'v0', 1: 'true', 2: 'v2', 4: 'new', 'd': {'s': 2}}");
+    std::string big = repr_of(dict_of(20));
+    CHECK(big.rfind("{0: 'v0', 1: 'true', 2: 'v2', 3: 'v3', ", 0) == 0);
+    CHECK_THAT(big, Catch::EndsWith("19: 'v19', 21: 'new', 'd': {'s': 2}}"));
+    CHECK(big.find("'one'") == std::string::npos);
+}
+
 TEST_CASE("pickle: protocol 4 opcodes (FRAME, MEMOIZE, STACK_GLOBAL, sets)") {
     PickleBuilder p;
     p.proto(4).op('\x95').raw(std::string("\x20\0\0\0\0\0\0\0", 8));

@@ -1,0 +1,48 @@
+#include "pickle/dict_keys.hpp"
+
+namespace ckpt {
+
+bool canonical_key(const Value* k, std::string& out) {
+    switch (k->kind) {
+        case ValueKind::string: out = "s"; out += k->s; return true;
+        case ValueKind::bytes: out = "b"; out += k->s; return true;
+        case ValueKind::none: out = "n"; return true;
+        case ValueKind::boolean:
+        case ValueKind::integer: out = "i" + std::to_string(k->i); return true;
+        case ValueKind::big_integer: out = "B"; out += k->s; return true;
+        case ValueKind::floating:
+            // The range first: a cast of a double outside int64's range is undefined
+            // (found by fuzz_pickle: a key of 1e300).
+            if (k->f > -9.2e18 && k->f < 9.2e18 && k->f == static_cast<double>(static_cast<int64_t>(k->f))) {
+                out = "i" + std::to_string(static_cast<int64_t>(k->f));
+                return true;
+            }
+            out = "f" + repr_float(k->f);
+            return true;
+        default: return false;
+    }
+}
+
+std::pair<size_t, bool> DictKeys::place(const Value* dict, const Value* key) {
+    const ValueList& entries = dict->entries;
+    if (!canonical_key(key, m_key)) return {entries.size(), true};
+    if (entries.size() < 2 * k_scan) {
+        for (size_t pos = 0; pos < entries.size(); pos += 2)
+            if (canonical_key(entries[pos], m_key_at) && m_key_at == m_key) return {pos, false};
+        return {entries.size(), true};
+    }
+    auto key_at = [&](size_t pos) -> std::string_view {
+        canonical_key(entries[pos], m_key_at);
+        return m_key_at;
+    };
+    auto [it, made] = m_index.try_emplace(dict);
+    StringIndex& index = it->second;
+    if (made) {  // the keys it holds so far (each one new: the search above kept them apart)
+        std::string k;
+        for (size_t pos = 0; pos < entries.size(); pos += 2)
+            if (canonical_key(entries[pos], k)) index.insert(k, pos, key_at);
+    }
+    return index.insert(m_key, entries.size(), key_at);
+}
+
+}  // namespace ckpt
