@@ -6,19 +6,24 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/dims.hpp"
+#include "ckpt/text_store.hpp"
 #include "ckpt/report.hpp"
 
 namespace ckpt {
 
+// One key: its name, dtype ("" when the source does not say) and shape (unset when it does not).
+// The texts are views of the KeySet's own (KeySet::text) or static text: valid while the set lives.
 struct KeyInfo {
-    std::string name;
-    std::string dtype;                          // "" when the source does not say
-    std::optional<std::vector<int64_t>> shape;  // unset when the source does not say
+    std::string_view name;
+    std::string_view dtype;
+    std::optional<Dims> shape;
 };
 
 struct KeySet {
@@ -26,6 +31,11 @@ struct KeySet {
     std::string kind;             // "checkpoint" | "torchscript" | "manifest"
     std::string state_dict_path;  // checkpoints: where the state dict sits ("" top level)
     std::vector<KeyInfo> keys;    // in order, unique names
+    TextStore text;               // the text the keys view
+    // A key at the end, its name (and a dtype that is not static text) copied into `text`.
+    void add(std::string_view name, std::string_view dtype = {}, std::optional<Dims> shape = {}) {
+        keys.push_back({text.keep(name), dtype, std::move(shape)});
+    }
 };
 
 // The state dict of an open checkpoint (tensor entries; other values have no shape or dtype).

@@ -26,42 +26,42 @@ using text::starts_with;
 
 std::string entry_at(size_t n) { return "entry " + std::to_string(n) + ": "; }
 
-KeyInfo manifest_entry(const std::string& path, const nlohmann::json& e, size_t n) {
-    KeyInfo k;
+// Adds the manifest's entry `e` (the n-th) to `ks`.
+void add_manifest_entry(KeySet& ks, const nlohmann::json& e, size_t n) {
+    const std::string& path = ks.path;
     if (e.is_string()) {
-        k.name = e.get<std::string>();
-        return k;
+        ks.add(e.get_ref<const std::string&>());
+        return;
     }
     if (!e.is_object()) not_manifest(path, entry_at(n) + "neither a key nor an object");
     const nlohmann::json* name = e.contains("key") ? &e["key"] : e.contains("name") ? &e["name"] : nullptr;
     if (!name || !name->is_string()) not_manifest(path, entry_at(n) + "no \"key\" string");
-    k.name = name->get<std::string>();
+    std::optional<Dims> shape;
     if (e.contains("shape") && !e["shape"].is_null()) {
         const auto& s = e["shape"];
         if (!s.is_array()) not_manifest(path, entry_at(n) + "\"shape\" is not a list");
-        std::vector<int64_t> shape;
+        shape.emplace();
         for (const auto& d : s) {
             if (!d.is_number_integer() || d.get<int64_t>() < 0)
                 not_manifest(path, entry_at(n) + "\"shape\" holds something other than non-negative integers");
-            shape.push_back(d.get<int64_t>());
+            shape->push_back(d.get<int64_t>());
         }
-        k.shape = std::move(shape);
     }
+    std::string_view dtype;
     if (e.contains("dtype") && !e["dtype"].is_null()) {
         if (!e["dtype"].is_string()) not_manifest(path, entry_at(n) + "\"dtype\" is not a string");
-        std::string d = e["dtype"].get<std::string>();
-        if (starts_with(d, "torch.")) d.erase(0, 6);
-        if (!dtype_from_name(d)) not_manifest(path, entry_at(n) + "unknown dtype \"" + d + "\"");
-        k.dtype = d;
+        std::string_view d = e["dtype"].get_ref<const std::string&>();
+        if (starts_with(d, "torch.")) d.remove_prefix(6);
+        if (!dtype_from_name(d)) not_manifest(path, entry_at(n) + "unknown dtype \"" + std::string(d) + "\"");
+        dtype = ks.text.keep(d);
     }
-    return k;
+    ks.add(name->get_ref<const std::string&>(), dtype, std::move(shape));
 }
 
 KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
     KeySet ks;
     ks.path = path;
     ks.kind = "manifest";
-    std::vector<KeyInfo> keys;
     std::string command = json_string_or(j, "command");
     if ((command == "fingerprint" || command == "verify") && j.contains("tensors") && j["tensors"].is_array()) {
         // A fingerprint (verify --write-fingerprint) or verify --json: every row is a key.
@@ -69,7 +69,7 @@ KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
         for (const auto& t : j["tensors"]) {
             ++n;
             if (json_string_or(t, "status") == "missing") continue;  // the reference's, not this file's
-            keys.push_back(manifest_entry(path, t, n));
+            add_manifest_entry(ks, t, n);
         }
     } else if (j.is_object() && j.contains("tensors") && j["tensors"].is_array()) {
         // `ckpt-tool inspect --json`: the state dict's tensors are the ones with a state_dict_key.
@@ -80,22 +80,21 @@ KeySet read_manifest(const std::string& path, const nlohmann::json& j) {
             if (!t.is_object() || !t.contains("state_dict_key") || !t["state_dict_key"].is_string()) continue;
             nlohmann::json e = t;
             e["key"] = t["state_dict_key"];
-            keys.push_back(manifest_entry(path, e, n));
+            add_manifest_entry(ks, e, n);
         }
-        if (keys.empty()) not_manifest(path, "an inspect report with no state-dict tensors");
+        if (ks.keys.empty()) not_manifest(path, "an inspect report with no state-dict tensors");
     } else {
         const nlohmann::json* list = j.is_array() ? &j : nullptr;
         if (j.is_object() && j.contains("keys") && j["keys"].is_array()) list = &j["keys"];
         if (!list) not_manifest(path, "expected a JSON list of {key, shape, dtype}, {\"keys\": [...]}"
                                       " or the output of inspect --json");
         size_t n = 0;
-        for (const auto& e : *list) keys.push_back(manifest_entry(path, e, ++n));
+        for (const auto& e : *list) add_manifest_entry(ks, e, ++n);
     }
-    std::unordered_set<std::string> seen;
-    for (size_t i = 0; i < keys.size(); ++i)
-        if (!seen.insert(keys[i].name).second)
-            not_manifest(path, entry_at(i + 1) + "key \"" + keys[i].name + "\" appears twice");
-    ks.keys = std::move(keys);
+    std::unordered_set<std::string_view> seen;
+    for (size_t i = 0; i < ks.keys.size(); ++i)
+        if (!seen.insert(ks.keys[i].name).second)
+            not_manifest(path, entry_at(i + 1) + "key \"" + std::string(ks.keys[i].name) + "\" appears twice");
     return ks;
 }
 
@@ -110,23 +109,22 @@ KeySet key_set_of(const Checkpoint& c) {
     ks.path = c.path();
     ks.kind = "checkpoint";
     ks.state_dict_path = sd.path;
-    auto tensor_info = [&](std::string_view name, const Value* v) {
-        KeyInfo k;
-        k.name = std::string(name);
+    auto add = [&](std::string_view name, const Value* v) {
         if (v && v->kind == ValueKind::tensor) {
             const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
-            k.dtype = dtype_name(t.dtype);
-            k.shape = t.shape;
+            ks.add(name, dtype_name(t.dtype), t.shape);
+        } else {
+            ks.add(name);
         }
-        return k;
     };
     if (sd.kind == StateDictKind::dict) {
         // Every string key: load_state_dict sees the non-tensor ones (`_extra_state`) too.
+        ks.keys.reserve(sd.value->dict_size());
         for (size_t i = 0; i < sd.value->dict_size(); ++i)
-            if (sd.value->dict_key(i)->kind == ValueKind::string)
-                ks.keys.push_back(tensor_info(std::string(sd.value->dict_key(i)->s), sd.value->dict_value(i)));
+            if (sd.value->dict_key(i)->kind == ValueKind::string) add(sd.value->dict_key(i)->s, sd.value->dict_value(i));
     } else {
-        for (const auto& e : sd.entries) ks.keys.push_back(tensor_info(e.name, c.entries()[e.entry].value));
+        ks.keys.reserve(sd.entries.size());
+        for (const auto& e : sd.entries) add(e.name, c.entries()[e.entry].value);
     }
     return ks;
 }
@@ -140,8 +138,7 @@ KeySet read_key_set(const std::string& path, const OpenOptions& open) {
     KeySet ks;
     ks.path = path;
     ks.kind = "torchscript";
-    for (NamedTensor& t : torchscript_tensors(path, false))
-        ks.keys.push_back({t.name, t.dtype, t.shape});
+    for (NamedTensor& t : torchscript_tensors(path, false)) ks.add(t.name, ks.text.keep(t.dtype), Dims(t.shape));
     return ks;
 }
 
@@ -276,17 +273,17 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
     for (const KeyInfo* k : a.keys) {
         const KeyInfo* found = b.find(k->name);
         if (!found) {
-            d.unexpected.push_back(k->name);
+            d.unexpected.emplace_back(k->name);
             continue;
         }
         ++d.matched;
         const KeyInfo& r = *found;
-        if (shapes_differ(*k, r)) d.shape_mismatch.push_back({k->name, *k->shape, *r.shape});
+        if (shapes_differ(*k, r)) d.shape_mismatch.push_back({std::string(k->name), *k->shape, *r.shape});
         if (!k->dtype.empty() && !r.dtype.empty() && k->dtype != r.dtype)
-            d.dtype_mismatch.push_back({k->name, k->dtype, r.dtype});
+            d.dtype_mismatch.push_back({std::string(k->name), std::string(k->dtype), std::string(r.dtype)});
     }
     for (const KeyInfo* k : b.keys)
-        if (!a.find(k->name)) d.missing.push_back(k->name);
+        if (!a.find(k->name)) d.missing.emplace_back(k->name);
 
     if (d.missing.empty() && d.unexpected.empty()) return d;
     std::optional<PrefixFix> best;

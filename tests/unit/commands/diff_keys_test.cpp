@@ -9,7 +9,7 @@ KeySet keys(const std::vector<std::string>& names, const std::string& kind = "ma
     KeySet ks;
     ks.path = "x";
     ks.kind = kind;
-    for (const auto& n : names) ks.keys.push_back({n, "float32", std::vector<int64_t>{2}});
+    for (const auto& n : names) ks.add(n, "float32", Dims{2});
     return ks;
 }
 }  // namespace
