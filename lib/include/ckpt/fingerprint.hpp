@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,11 +59,33 @@ private:
     uint64_t m_bits = k_none;
 };
 
+// A tensor's content hash: XXH3-128 of its logical bytes in row-major order, written
+// "xxh3-128:" and 32 hex digits. Kept as its 16 bytes (a string was 32 bytes and an allocation of
+// 48 a tensor); empty when the bytes could not be read.
+class ContentHash {
+public:
+    ContentHash() = default;
+    // The canonical (big-endian) bytes of the digest, as XXH128_canonicalFromHash gives them.
+    explicit ContentHash(const unsigned char (&canonical)[16]) : m_set(true) { std::memcpy(m_bytes, canonical, 16); }
+    // "xxh3-128:" and 32 lower- or upper-case hex digits; nullopt for anything else.
+    static std::optional<ContentHash> parse(std::string_view text);
+    bool empty() const { return !m_set; }
+    std::string text() const;  // "" when empty
+    friend bool operator==(const ContentHash& a, const ContentHash& b) {
+        return a.m_set == b.m_set && std::memcmp(a.m_bytes, b.m_bytes, 16) == 0;
+    }
+    friend bool operator!=(const ContentHash& a, const ContentHash& b) { return !(a == b); }
+
+private:
+    unsigned char m_bytes[16] = {};
+    bool m_set = false;
+};
+
 struct TensorStats {
     uint64_t count = 0;  // numbers summarised (numel; 2·numel for complex)
     Stat mean, std, min, max, abs_mean, l2;
     uint64_t nan = 0, inf = 0;
-    std::string hash;
+    ContentHash hash;
 };
 
 // The statistics of one tensor over the bytes of its storage. Throws Error(corrupt) when the

@@ -74,7 +74,7 @@ void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
     });
 }
 
-std::string cast_hash(const Checkpoint& c, size_t ti, DType to) {
+ContentHash cast_hash(const Checkpoint& c, size_t ti, DType to) {
     const TensorInfo& t = c.tensors()[ti];
     size_t record = *c.record_index(c.storages()[t.storage].record);
     RecordData data = c.record_data(record);

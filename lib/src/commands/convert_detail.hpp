@@ -33,7 +33,7 @@ DType out_dtype(const ConvertRequest& rq, DType d);
 void cast_bytes(const TensorInfo& t, ByteView storage, DType to, const std::function<void(const uint8_t*, size_t)>& sink);
 // The content hash tensor `ti` of `c` has once cast to `to` (the cast done again, independently of
 // the writer).
-std::string cast_hash(const Checkpoint& c, size_t ti, DType to);
+ContentHash cast_hash(const Checkpoint& c, size_t ti, DType to);
 
 // The written file (still the temporary) opened by the same checking readers as any input; an
 // error, or `fail(why)`, is Error(corrupt) naming rq.output: "does not read back as the input".

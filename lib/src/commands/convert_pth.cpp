@@ -217,7 +217,7 @@ void verify_whole(const Checkpoint& c, const ConvertRequest& rq, AtomicFile& out
         const TensorInfo& info = c.tensors()[ti];
         auto to = retype.find(info.storage);
         DType want_dtype = to == retype.end() ? info.dtype : to->second;
-        std::string want_hash = to == retype.end() ? s.stats.hash : cast_hash(c, ti, want_dtype);
+        ContentHash want_hash = to == retype.end() ? s.stats.hash : cast_hash(c, ti, want_dtype);
         if (t.dtype != dtype_name(want_dtype) || s.shape != t.shape || t.stats.hash != want_hash) fail(s.key + " differs");
     }
     r.verified = true;
@@ -374,7 +374,7 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
             if (s == src.end()) read_back_failed(rq, t.key + " has no source");
             const TensorInfo& ti = c.tensors()[items[i->second].tensor];
             DType want_dtype = out_dtype(rq, ti.dtype);
-            std::string want_hash = want_dtype != ti.dtype ? cast_hash(c, items[i->second].tensor, want_dtype) : s->second->stats.hash;
+            ContentHash want_hash = want_dtype != ti.dtype ? cast_hash(c, items[i->second].tensor, want_dtype) : s->second->stats.hash;
             if (t.dtype != dtype_name(want_dtype) || s->second->shape != t.shape || t.stats.hash != want_hash) read_back_failed(rq, t.key + " differs");
         }
         r.verified = true;

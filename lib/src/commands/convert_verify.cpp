@@ -126,7 +126,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
         if (!s) fail(t.key + " is not in the input");
         auto dt = dtype_from_name(s->dtype);
         DType want_dtype = dt ? out_dtype(rq, *dt) : DType::float32;
-        std::string want_hash = s->stats.hash;
+        ContentHash want_hash = s->stats.hash;
         if (dt && want_dtype != *dt) {
             auto a = alias_of.find(t.key);
             want_hash = cast_hash(*c, source_tensor.at(original(a == alias_of.end() ? t.key : a->second)), want_dtype);

@@ -210,7 +210,7 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         if (o.exact) {
             v.status = a.stats.hash == r.stats.hash ? "ok" : "changed";
             if (v.status == "changed")
-                rep.findings.push_back({"changed", a.key, a.key + ": content differs (" + a.stats.hash + " vs " + r.stats.hash + ")"});
+                rep.findings.push_back({"changed", a.key, a.key + ": content differs (" + a.stats.hash.text() + " vs " + r.stats.hash.text() + ")"});
             continue;
         }
         const char* names[] = {"mean", "std", "min", "max", "abs_mean", "l2"};

@@ -310,30 +310,24 @@ struct Accumulator {
     }
 };
 
+// One XXH3-128 state in place (no allocation a tensor), fed by the AVX2 build when the CPU has it.
 struct Hasher {
-    XXH3_state_t* state = XXH3_createState();
+    XXH3_state_t state;
     Hasher() {
-        if (!state) throw std::bad_alloc();
-        XXH3_128bits_reset(state);
+        XXH3_INITSTATE(&state);
+        XXH3_128bits_reset(&state);
     }
-    ~Hasher() { XXH3_freeState(state); }
     Hasher(const Hasher&) = delete;
     Hasher& operator=(const Hasher&) = delete;
     void update(const uint8_t* p, size_t n) {
         static const bool avx2 = __builtin_cpu_supports("avx2");
-        if (avx2) ckpt_avx2_XXH3_128bits_update(state, p, n);
-        else XXH3_128bits_update(state, p, n);
+        if (avx2) ckpt_avx2_XXH3_128bits_update(&state, p, n);
+        else XXH3_128bits_update(&state, p, n);
     }
-    std::string hex() const {
+    ContentHash digest() const {
         XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state));
-        static const char* digits = "0123456789abcdef";
-        std::string out = "xxh3-128:";
-        for (unsigned char b : c.digest) {
-            out += digits[b >> 4];
-            out += digits[b & 15];
-        }
-        return out;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&state));
+        return ContentHash(c.digest);
     }
 };
 
@@ -413,7 +407,7 @@ public:
     TensorStats finish() {
         TensorStats s;
         if (m_decode) m_acc.finish(s);
-        s.hash = m_hash.hex();
+        s.hash = m_hash.digest();
         return s;
     }
 
@@ -539,14 +533,51 @@ TensorStats detail::combine_stats(const std::vector<const TensorStats*>& values,
         s.max = mx;
     }
     Hasher h;
-    for (const TensorStats* p : hashed) h.update(reinterpret_cast<const uint8_t*>(p->hash.data()), p->hash.size());
-    s.hash = h.hex();
+    for (const TensorStats* p : hashed) {  // the hash of the parts' hashes as text
+        std::string text = p->hash.text();
+        h.update(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    }
+    s.hash = h.digest();
     return s;
 }
 
 TensorStats buffer_stats(DType dtype, ByteView bytes, uint64_t count) {
     if (count * dtype_size(dtype) > bytes.size) throw Error(ErrorKind::corrupt, "", "buffer shorter than its elements");
     return stats_over(dtype, bytes.data, nullptr, count, nullptr, false);
+}
+
+namespace {
+constexpr std::string_view k_hash_tag = "xxh3-128:";
+}
+
+std::string ContentHash::text() const {
+    if (!m_set) return {};
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    out.reserve(k_hash_tag.size() + 32);
+    out.append(k_hash_tag);
+    for (unsigned char b : m_bytes) {
+        out += digits[b >> 4];
+        out += digits[b & 15];
+    }
+    return out;
+}
+
+std::optional<ContentHash> ContentHash::parse(std::string_view text) {
+    if (text.size() != k_hash_tag.size() + 32 || text.substr(0, k_hash_tag.size()) != k_hash_tag) return std::nullopt;
+    auto nibble = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    unsigned char bytes[16];
+    for (size_t i = 0; i < 16; ++i) {
+        int hi = nibble(text[k_hash_tag.size() + 2 * i]), lo = nibble(text[k_hash_tag.size() + 2 * i + 1]);
+        if (hi < 0 || lo < 0) return std::nullopt;
+        bytes[i] = static_cast<unsigned char>(hi << 4 | lo);
+    }
+    return ContentHash(bytes);
 }
 
 }  // namespace ckpt

@@ -360,7 +360,7 @@ nlohmann::json stats_json(const TensorStats& s) {
     for (size_t i = 0; i < 6; ++i) j[k_stat_names[i]] = number_json(*v[i]);
     j["nan"] = s.nan;
     j["inf"] = s.inf;
-    j["hash"] = s.hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.hash);
+    j["hash"] = s.hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.hash.text());
     return j;
 }
 
@@ -428,7 +428,11 @@ TensorPrint tensor_print_from_json(const nlohmann::json& r, size_t n, const std:
     t.stats.count = count("count");
     t.stats.nan = count("nan");
     t.stats.inf = count("inf");
-    if (r.contains("hash") && r["hash"].is_string()) t.stats.hash = r["hash"].get<std::string>();
+    if (r.contains("hash") && r["hash"].is_string()) {
+        auto h = ContentHash::parse(r["hash"].get_ref<const std::string&>());
+        if (!h) bad(where + ".hash is not \"xxh3-128:\" and 32 hex digits");
+        t.stats.hash = *h;
+    }
     t.readable = !t.stats.hash.empty();
     return t;
 }

@@ -4,6 +4,8 @@
 // tests/integration/test_verify.py.
 #include <catch2/catch.hpp>
 
+#include <cctype>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -78,12 +80,29 @@ TEST_CASE("fingerprint: float16 edges, empty and single tensors, hashes of equal
     CHECK(e.count == 0);
     CHECK_FALSE(e.mean);
     CHECK_FALSE(e.min);
-    CHECK(e.hash.rfind("xxh3-128:", 0) == 0);
+    CHECK(e.hash.text() == "xxh3-128:99aa06d3014798d86001c324468d497f");  // XXH3-128 of no bytes
     TensorStats one = of(DType::float32, std::string("\x00\x00\x80\x3f", 4), 1);
     CHECK(*one.mean == 1.0);
     CHECK_FALSE(one.std);  // torch: nan for one element; here: absent
     CHECK(of(DType::int8, "\x01\x02", 2).hash == of(DType::uint8, "\x01\x02", 2).hash);  // bytes, not values
     CHECK(of(DType::int8, "\x01\x02", 2).hash != of(DType::int8, "\x02\x01", 2).hash);
+}
+
+TEST_CASE("fingerprint: a content hash reads back from its text, and nothing else reads as one") {
+    ContentHash h = of(DType::int8, "\x01\x02", 2).hash;
+    REQUIRE_FALSE(h.empty());
+    std::string text = h.text();
+    REQUIRE(text.size() == 41);
+    CHECK(ContentHash::parse(text) == h);
+    std::string upper = text;
+    for (size_t i = 9; i < upper.size(); ++i) upper[i] = static_cast<char>(std::toupper(upper[i]));
+    CHECK(ContentHash::parse(upper) == h);
+    CHECK(ContentHash::parse(text.substr(0, 40)) == std::nullopt);
+    CHECK(ContentHash::parse(text + "0") == std::nullopt);
+    CHECK(ContentHash::parse("sha256:" + text.substr(9)) == std::nullopt);
+    CHECK(ContentHash::parse(text.substr(0, 40) + "g") == std::nullopt);
+    CHECK(ContentHash().text().empty());
+    CHECK(ContentHash() != h);
 }
 
 namespace {
