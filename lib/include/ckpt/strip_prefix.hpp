@@ -13,12 +13,14 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/report.hpp"
+#include "ckpt/text_store.hpp"
 
 namespace ckpt {
 
@@ -28,13 +30,15 @@ struct RenameRule {
     std::vector<std::string> strip;
     std::string add;
     std::string key(std::string_view k) const;
+    // The same, made in `buffer` (no allocation once it is large enough); a view of it.
+    std::string_view key_into(std::string& buffer, std::string_view k) const;
     // torch's consume_prefix_in_state_dict_if_present for `_metadata` module paths: "" stays, the
     // prefix without its dot ("module") becomes "", "module.x" becomes "x"; adding does the reverse.
     std::string metadata_key(std::string_view k) const;
 };
 
 struct KeyRename {
-    std::string from, to;
+    std::string_view from, to;  // the plan's own text (RenamePlan::text)
 };
 
 struct RenamePlan {
@@ -43,6 +47,8 @@ struct RenamePlan {
     size_t keys = 0;                     // string keys of the state dict
     std::vector<KeyRename> renamed;      // the keys that change, in file order
     std::vector<KeyRename> metadata;     // `_metadata` entries that change
+    std::vector<std::string_view> new_keys;  // every string key's new name, in order
+    TextStore text;                      // the names the renames view: one block per 64 KiB, not two strings a key
 };
 
 struct StripPrefixOptions {

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <ostream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "ckpt/atomic_file.hpp"
@@ -44,12 +43,13 @@ std::string without_dot(std::string p) {
 
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-// The string keys of a dict value, in order.
-std::vector<std::string> string_keys(const Value* d) {
-    std::vector<std::string> keys;
+// The string keys of a dict value, in order: views of the checkpoint's text, valid while it is open.
+std::vector<std::string_view> string_keys(const Value* d) {
+    std::vector<std::string_view> keys;
     if (!d) return keys;
+    keys.reserve(d->dict_size());
     for (size_t i = 0; i < d->dict_size(); ++i)
-        if (d->dict_key(i)->kind == ValueKind::string) keys.emplace_back(d->dict_key(i)->s);
+        if (d->dict_key(i)->kind == ValueKind::string) keys.push_back(d->dict_key(i)->s);
     return keys;
 }
 
@@ -60,22 +60,44 @@ const Value* metadata_of(const Value* state_dict) {
     return m && m->kind == ValueKind::dict ? m : nullptr;
 }
 
-std::vector<KeyRename> metadata_renames(const Value* state_dict, const RenameRule& rule) {
-    std::vector<KeyRename> out;
-    for (const auto& k : string_keys(metadata_of(state_dict))) {
-        std::string to = rule.metadata_key(k);
-        if (to != k) out.push_back({k, to});
+// The `_metadata` entries of the state dict that the plan's rule changes, into plan.metadata.
+void plan_metadata(const Value* state_dict, RenamePlan& plan) {
+    for (std::string_view k : string_keys(metadata_of(state_dict))) {
+        std::string to = plan.rule.metadata_key(k);
+        if (to != k) plan.metadata.push_back({plan.text.keep(k), plan.text.keep(to)});
     }
-    return out;
+}
+
+// Every key's new name, in order, kept in plan.text (plan.new_keys); the keys it changes also in
+// plan.renamed.
+void plan_keys(const std::vector<std::string_view>& keys, RenamePlan& plan) {
+    std::vector<std::string_view>& names = plan.new_keys;
+    names.reserve(keys.size());
+    plan.renamed.reserve(keys.size());  // as a rule every key changes: one table, not its doublings
+    std::string buffer;
+    for (std::string_view k : keys) {
+        std::string_view to = plan.rule.key_into(buffer, k);
+        if (to == k) {
+            names.push_back(plan.text.keep(k));
+            continue;
+        }
+        names.push_back(plan.text.keep(to));
+        plan.renamed.push_back({plan.text.keep(k), names.back()});
+    }
 }
 
 }  // namespace
 
 std::string RenameRule::key(std::string_view k) const {
-    std::string out(k);
+    std::string out;
+    return std::string(key_into(out, k));
+}
+
+std::string_view RenameRule::key_into(std::string& buffer, std::string_view k) const {
     for (const auto& p : strip)
-        if (starts_with(out, p)) out.erase(0, p.size());
-    return add + out;
+        if (starts_with(k, p)) k.remove_prefix(p.size());
+    buffer.assign(add).append(k);
+    return buffer;
 }
 
 std::string RenameRule::metadata_key(std::string_view k) const {
@@ -105,13 +127,12 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
         case StateDictKind::dict: break;
     }
     RenamePlan plan;
-    std::vector<std::string> keys = string_keys(sd.value);
+    std::vector<std::string_view> keys = string_keys(sd.value);
     plan.keys = keys.size();
     if (keys.empty()) fail("the state dict" + where + " has no keys");
 
     if (options.prefixes.empty() && options.add_prefix.empty()) {
-        std::vector<std::string_view> views(keys.begin(), keys.end());
-        std::string wp = wrapper_prefix(views);
+        std::string wp = wrapper_prefix(keys);
         if (wp.empty()) {
             size_t with_module = 0, with_compile = 0;
             for (const auto& k : keys) {
@@ -120,7 +141,7 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
             }
             std::string why = "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\"";
             std::string n = std::to_string(keys.size());
-            std::string lead = common_leading_component(views);
+            std::string lead = common_leading_component(keys);
             if (with_module)
                 why += " (" + std::to_string(with_module) + " of " + n +
                        " keys start with \"module.\"; --prefix module. strips it from those)";
@@ -140,13 +161,13 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
     } else {
         plan.rule.strip = options.prefixes;
         plan.rule.add = options.add_prefix;
-        std::vector<std::string> current = keys;
+        std::vector<std::string_view> current = keys;
         for (const auto& p : plan.rule.strip) {
             if (p.empty()) fail("--prefix is empty");
             size_t hits = 0;
             for (auto& k : current)
                 if (starts_with(k, p)) {
-                    k.erase(0, p.size());
+                    k.remove_prefix(p.size());
                     ++hits;
                 }
             if (hits == 0)
@@ -157,32 +178,29 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
 
     // The new names, each indexed once (StringIndex: a map of 100,000 strings to strings was a tenth
     // of strip-prefix's time).
-    std::vector<std::string> new_names;
-    new_names.reserve(keys.size());
+    plan_keys(keys, plan);
+    const std::vector<std::string_view>& new_names = plan.new_keys;
     StringIndex taken;  // new name → its key's row of keys
     taken.reserve(keys.size());
     auto new_name = [&](size_t i) -> std::string_view { return new_names[i]; };
     std::vector<std::string> clashes;
-    plan.renamed.reserve(keys.size());  // as a rule every key changes: one table, not its doublings
-    for (const auto& k : keys) {
-        std::string to = plan.rule.key(k);
+    for (size_t i = 0; i < keys.size(); ++i) {
+        std::string_view k = keys[i], to = new_names[i];
         if (to.empty()) fail("key " + in_quotes(k) + " would become empty");
         if (to[0] == '.')
             fail("key " + in_quotes(k) + " would become " + in_quotes(to) + " (a prefix should end with \".\")");
-        new_names.push_back(to);
-        auto [first, fresh] = taken.insert(new_names.back(), new_names.size() - 1, new_name);
+        auto [first, fresh] = taken.insert(to, i, new_name);
         if (!fresh && clashes.size() < 3)
             clashes.push_back(in_quotes(keys[first]) + " and " + in_quotes(k) + " would both become " + in_quotes(to));
         else if (!fresh)
             clashes.push_back("");
-        if (to != k) plan.renamed.push_back({k, std::move(to)});
     }
     if (!clashes.empty()) {
         std::string msg = std::to_string(clashes.size()) + " key collision" + (clashes.size() > 1 ? "s" : "") + ": ";
         for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
         fail(msg);
     }
-    plan.metadata = metadata_renames(sd.value, plan.rule);
+    plan_metadata(sd.value, plan);
     return plan;
 }
 
@@ -211,8 +229,8 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
 
     std::vector<PickleEdit> edits;
     edits.reserve(plan.renamed.size() + plan.metadata.size());
-    std::unordered_set<const Value*> rewritten;  // strings whose pushing opcode now says the new name
-    std::unordered_set<uint64_t> sites;
+    std::vector<const Value*> rewritten;  // strings whose pushing opcode now says the new name
+    std::vector<uint64_t> sites;          // the opcodes edited so far
     rewritten.reserve(plan.renamed.size());
     sites.reserve(plan.renamed.size());
     std::vector<char> found(plan.renamed.size());
@@ -234,14 +252,18 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
                         c.pickle_record() + ": key " + in_quotes(key->s) + " is pushed by opcode " + hex +
                             ", which strip-prefix cannot rewrite", ks.pos);
         }
-        edits.push_back({ks.pos, len, binunicode(it->to)});
-        sites.insert(ks.pos);
-        if (push) rewritten.insert(ks.key);
+        edits.push_back({ks.pos, len, {}, &it->to});
+        sites.push_back(ks.pos);
+        if (push) rewritten.push_back(ks.key);
         if (map == &key_map) found[static_cast<size_t>(it - plan.renamed.data())] = 1;
     }
+    // Sorted sets: two hash sets of 100,000 nodes were a twentieth of strip-prefix's time.
+    std::sort(rewritten.begin(), rewritten.end());
+    std::sort(sites.begin(), sites.end());
+    auto has = [](const auto& set, const auto& x) { return std::binary_search(set.begin(), set.end(), x); };
     for (const auto& g : trace->string_gets)
-        if (rewritten.count(g.value) && !sites.count(g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), binunicode(g.value->s)});
+        if (has(rewritten, g.value) && !has(sites, g.pos))
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, &g.value->s});
     for (size_t i = 0; i < plan.renamed.size(); ++i)
         if (!found[i])
             throw Error(ErrorKind::unsupported, c.path(),
@@ -286,7 +308,7 @@ uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, 
 // output is opened again: on 100,000 tensors each opened checkpoint is ~400 MiB.
 struct Expected {
     size_t records = 0, storages = 0, tensors = 0;
-    std::vector<std::string> keys;  // the state dict's, renamed
+    const std::vector<std::string_view>* keys = nullptr;  // the state dict's, renamed (the plan's)
 };
 
 Expected expected_of(const Checkpoint& in, const RenamePlan& plan) {
@@ -295,7 +317,7 @@ Expected expected_of(const Checkpoint& in, const RenamePlan& plan) {
     e.records = in.record_count() + (in.format() == Format::legacy ? 2 : 0);
     e.storages = in.storages().size();
     e.tensors = in.tensors().size();
-    for (const auto& k : string_keys(in.state_dict().value)) e.keys.push_back(plan.rule.key(k));
+    e.keys = &plan.new_keys;
     return e;
 }
 
@@ -315,7 +337,7 @@ void check_written(const Expected& want, const std::string& written, const OpenO
     if (out->storages().size() != want.storages || out->tensors().size() != want.tensors)
         fail("storages or tensors differ");
     if (!out->problems().empty()) fail(out->problems().front().message);
-    if (string_keys(out->state_dict().value) != want.keys) fail("state-dict keys differ from the plan");
+    if (string_keys(out->state_dict().value) != *want.keys) fail("state-dict keys differ from the plan");
 }
 
 void refuse_damaged(const Checkpoint& c) {
@@ -359,9 +381,8 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
         refuse_damaged(*shard);
         RenamePlan plan;
         plan.rule = r.plan.rule;
-        for (const auto& k : string_keys(shard->state_dict().value))
-            if (plan.rule.key(k) != k) plan.renamed.push_back({k, plan.rule.key(k)});
-        plan.metadata = metadata_renames(shard->state_dict().value, plan.rule);
+        plan_keys(string_keys(shard->state_dict().value), plan);
+        plan_metadata(shard->state_dict().value, plan);
         files.push_back(std::make_unique<AtomicFile>(targets[i]));
         size_t records = 0;
         if (shard->format() == Format::safetensors) {
@@ -408,7 +429,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         throw Error(ErrorKind::usage, rq.input,
                     "is (part of) a sharded checkpoint of distributed training: strip-prefix rewrites one file; "
                     "`ckpt-tool merge` writes the merged state dict with the prefixes stripped (--strip-prefix)");
-    if (is_sharded_index(rq.input)) return strip_prefix_sharded(rq, r);
+    if (is_sharded_index(rq.input)) return strip_prefix_sharded(rq, std::move(r));
     std::string target = rq.output;
     if (rq.in_place) {
         // Through a symlink, replace the file it names (as the user means), not the link.
@@ -490,7 +511,7 @@ void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle&
     }
     size_t limit = r.dry_run ? r.plan.renamed.size() : 20;
     for (size_t i = 0; i < r.plan.renamed.size() && i < limit; ++i)
-        out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", r.plan.renamed[i].to) << "\n";
+        out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", std::string(r.plan.renamed[i].to)) << "\n";
     if (r.plan.renamed.size() > limit)
         out << "  … " << r.plan.renamed.size() - limit << " more (--dry-run or --json lists all)\n";
 }

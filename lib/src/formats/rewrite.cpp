@@ -35,14 +35,20 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
     std::sort(edits.begin(), edits.end(), [](const PickleEdit& a, const PickleEdit& b) { return a.pos < b.pos; });
     std::string out;
     uint64_t size = pk.size;  // exactly: a pickle of 10 MiB grew by doublings to twice that
-    for (const PickleEdit& e : edits) size += e.text.size();
+    for (const PickleEdit& e : edits) size += e.size();
     out.reserve(size);
     uint64_t at = 0;
     for (const PickleEdit& e : edits) {
         if (e.pos < at || e.len == 0 || e.pos + e.len > pk.size)
             throw Error(ErrorKind::corrupt, c.path(), c.pickle_record() + ": overlapping pickle edits", e.pos);
         out.append(reinterpret_cast<const char*>(pk.data) + at, e.pos - at);
-        out += e.text;
+        if (e.unicode) {
+            out += 'X';
+            out += le_bytes(e.unicode->size(), 4);
+            out += *e.unicode;
+        } else {
+            out += e.text;
+        }
         at = e.pos + e.len;
     }
     out.append(reinterpret_cast<const char*>(pk.data) + at, pk.size - at);

@@ -23,6 +23,10 @@ class ZipWriter;
 struct PickleEdit {
     uint64_t pos, len;  // the opcode replaced, within the pickle
     std::string text;   // what it becomes
+    // Or, when set: a BINUNICODE opcode pushing this text (the caller's, alive until the edits are
+    // applied): a rename of 100,000 keys makes no string of its own per edit.
+    const std::string_view* unicode = nullptr;
+    uint64_t size() const { return unicode ? 5 + unicode->size() : text.size(); }
 };
 
 // A BINUNICODE opcode pushing `s`.
