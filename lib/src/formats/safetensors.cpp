@@ -31,10 +31,13 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
         bool is_object = true;
         int dtype_kind = 0;  // 0: absent, 1: a string, 2: something else
         std::string dtype;
+        // In place, no allocation for the usual tensor: the dimensions (as given, unsigned, in
+        // int64 slots: read back as uint64) and the first two offsets with their count.
         bool shape_is_array = false, shape_ok = true;
-        std::vector<uint64_t> shape;
+        Dims shape;
         bool offsets_is_array = false, offsets_ok = true;
-        std::vector<uint64_t> offsets;
+        uint64_t offsets[2] = {0, 0};
+        size_t offset_count = 0;
     };
     enum class Field { none, dtype, shape, offsets };
 
@@ -107,10 +110,11 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
         }
         if (depth == 3 && field_depth == 0) {  // an element of shape or data_offsets
             if (field == Field::shape) {
-                if (is_unsigned && !container) t.shape.push_back(u);
+                if (is_unsigned && !container) t.shape.push_back(static_cast<int64_t>(u));
                 else t.shape_ok = false;
             } else if (field == Field::offsets) {
-                t.offsets.push_back(u);
+                if (t.offset_count < 2) t.offsets[t.offset_count] = u;
+                ++t.offset_count;
                 if (!is_unsigned || container) t.offsets_ok = false;
             }
         }
@@ -148,7 +152,7 @@ struct HeaderReader : nlohmann::json_sax<nlohmann::json> {
                 t.shape.clear();
             } else {
                 t.offsets_is_array = true, t.offsets_ok = true;
-                t.offsets.clear();
+                t.offset_count = 0;
             }
         } else {
             value(false, nullptr, false, 0, true);
@@ -243,7 +247,7 @@ SafetensorsHeader read_safetensors(ByteView file) {
         if (!f.is_object) where("entry is not an object");
         if (f.dtype_kind != 1) where("no \"dtype\" string");
         if (!f.shape_is_array) where("no \"shape\" list");
-        if (!f.offsets_is_array || f.offsets.size() != 2) where("no \"data_offsets\" pair");
+        if (!f.offsets_is_array || f.offset_count != 2) where("no \"data_offsets\" pair");
         SafetensorsTensor t;
         const std::string& dt = f.dtype;
         auto d = dtype_from_safetensors(dt);
@@ -252,7 +256,8 @@ SafetensorsHeader read_safetensors(ByteView file) {
         t.numel = 1;
         if (!f.shape_ok) where("\"shape\" holds something other than non-negative integers");
         t.shape.reserve(f.shape.size());
-        for (uint64_t n : f.shape) {
+        for (int64_t given : f.shape) {
+            uint64_t n = static_cast<uint64_t>(given);
             if (n > static_cast<uint64_t>(INT64_MAX)) where("dimension too large");
             auto p = checked_mul(t.numel, n);
             if (!p) where("element count overflows");
@@ -314,7 +319,7 @@ SafetensorsHeaderWriter::SafetensorsHeaderWriter(const std::vector<std::pair<std
     m_text += '}';
 }
 
-void SafetensorsHeaderWriter::add(std::string_view name, DType dtype, const std::vector<int64_t>& shape, uint64_t begin,
+void SafetensorsHeaderWriter::add(std::string_view name, DType dtype, const Dims& shape, uint64_t begin,
                                   uint64_t end) {
     if (m_text.size() > 1) m_text += ',';
     append_json_string(m_text, name, false);

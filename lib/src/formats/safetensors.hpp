@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ckpt/bytes.hpp"
+#include "ckpt/dims.hpp"
 #include "ckpt/dtype.hpp"
 
 namespace ckpt {
@@ -25,7 +26,7 @@ namespace ckpt {
 struct SafetensorsTensor {
     std::string name;
     DType dtype = DType::float32;
-    std::vector<int64_t> shape;
+    Dims shape;
     uint64_t numel = 0;
     uint64_t begin = 0, end = 0;  // in the file (the header's offsets + 8 + N)
 };
@@ -55,7 +56,7 @@ public:
     explicit SafetensorsHeaderWriter(const std::vector<std::pair<std::string, std::string>>* metadata);
     // A tensor whose bytes are [begin, end) of the data buffer. Names must be new (the caller's plan
     // made them so); a name that is not UTF-8 throws nlohmann's type_error, as dump() does.
-    void add(std::string_view name, DType dtype, const std::vector<int64_t>& shape, uint64_t begin, uint64_t end);
+    void add(std::string_view name, DType dtype, const Dims& shape, uint64_t begin, uint64_t end);
     // The file's first bytes: the length, then the padded header.
     std::string finish();
 
