@@ -8,6 +8,7 @@
 
 #include "commands/convert_detail.hpp"
 #include "ckpt/error.hpp"
+#include "base/string_index.hpp"
 #include "stats/tensor_stats.hpp"
 
 namespace ckpt::detail {
@@ -96,29 +97,38 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
     so.hash_only = true;  // equal hashes are the test; the statistics would double the cost
     Fingerprint got = fingerprint(*back, so);
     const Fingerprint& want = source_hashes.get();
-    std::unordered_map<std::string_view, const TensorPrint*> src;  // keys in `want`, which outlives it
-    for (const auto& t : want.tensors) src.emplace(t.key, &t);
-    std::unordered_map<std::string, std::string> alias_of;
+    // The source's prints by key (the first of a key), and the renames and aliases: no node or copy of
+    // a name per tensor, and no lookup at all in the tables that are empty (as a rule they are).
+    StringIndex src;
+    auto src_key = [&](size_t i) -> std::string_view { return want.tensors[i].key; };
+    src.reserve(want.tensors.size());
+    for (size_t i = 0; i < want.tensors.size(); ++i) src.insert(want.tensors[i].key, i, src_key);
+    std::unordered_map<std::string_view, std::string_view> alias_of, input_name;  // views of r's names
     for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
-    std::unordered_map<std::string, std::string> input_name(r.renamed.begin(), r.renamed.end());
-    auto original = [&](const std::string& name) {
+    for (const auto& [name, input] : r.renamed) input_name.emplace(name, input);
+    auto original = [&](std::string_view name) -> std::string_view {
+        if (input_name.empty()) return name;
         auto o = input_name.find(name);
         return o == input_name.end() ? name : o->second;
     };
-    auto source = [&](const std::string& name) -> const TensorPrint* {
+    auto kept_of = [&](std::string_view name) -> std::string_view {
+        if (alias_of.empty()) return name;
         auto a = alias_of.find(name);
-        auto it = src.find(original(a == alias_of.end() ? name : a->second));
-        return it == src.end() ? nullptr : it->second;
+        return a == alias_of.end() ? name : a->second;
+    };
+    auto source = [&](std::string_view name) -> const TensorPrint* {
+        size_t i = src.find(original(kept_of(name)), src_key);
+        return i == StringIndex::npos ? nullptr : &want.tensors[i];
     };
     size_t expected = 0;
-    std::unordered_set<std::string> alias_inputs;
+    std::unordered_set<std::string_view> alias_inputs;
     for (const auto& [alias, kept] : alias_of) alias_inputs.insert(original(alias));
     for (const auto& t : want.tensors) expected += !(r.format == "safetensors" && alias_inputs.count(t.key));
     if (r.format == "pth") expected += r.deduplicated.size();
     if (expected_count) expected = *expected_count;
     if (got.tensors.size() != expected) fail("tensor count " + std::to_string(got.tensors.size()) + ", expected " + std::to_string(expected));
     // With --dtype the expected bytes are the source's cast again, independently of the writer.
-    std::unordered_map<std::string, size_t> source_tensor;
+    std::unordered_map<std::string_view, size_t> source_tensor;  // the input's names, open until the end
     if (rq.dtype)
         for (const auto& e : c->state_dict().entries) source_tensor.emplace(e.name, *c->entries()[e.entry].tensor);
     for (const auto& t : got.tensors) {
@@ -127,10 +137,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
         auto dt = dtype_from_name(s->dtype);
         DType want_dtype = dt ? out_dtype(rq, *dt) : DType::float32;
         ContentHash want_hash = s->stats.hash;
-        if (dt && want_dtype != *dt) {
-            auto a = alias_of.find(t.key);
-            want_hash = cast_hash(*c, source_tensor.at(original(a == alias_of.end() ? t.key : a->second)), want_dtype);
-        }
+        if (dt && want_dtype != *dt) want_hash = cast_hash(*c, source_tensor.at(original(kept_of(t.key))), want_dtype);
         if (t.dtype != dtype_name(want_dtype) || s->shape != t.shape || t.stats.hash != want_hash) fail(t.key + " differs");
     }
     r.verified = true;
