@@ -209,6 +209,11 @@ def main():
         plain["cycle"] = cycle
         for proto in range(0, 6):
             put(args.out, "pickle", "plain_p%d.pkl" % proto, pickle.dumps(plain, protocol=proto))
+        # Containers larger than the arena's first slot block (256 items) as the first ones built: a
+        # first tuple of 300 items once wrote past that block.
+        for proto in (0, 2, 4):
+            put(args.out, "pickle", "long_p%d.pkl" % proto,
+                pickle.dumps((tuple(range(300)), list(range(3000)), {i: i for i in range(300)}), protocol=proto))
 
         # safetensors: the tool's conversions of real checkpoints, and hand-made edge cases.
         sts = []

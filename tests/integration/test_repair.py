@@ -22,6 +22,7 @@ import glob
 import hashlib
 import json
 import os
+import pickle
 import shlex
 import shutil
 import struct
@@ -364,6 +365,32 @@ def test_repairs(s):
         b = torch.load(s.path("training.fixed.pth"))
         s.check(all(k.startswith("module.") for k in b["ema"]) and b["ema_keys"] == ckpt["ema_keys"],
                 "training: strings shared with the state dict were renamed elsewhere too")
+
+    # Long containers first: a loss history of 3,000 floats and a tuple of 300 milestones are the
+    # first lists the unpickler builds, larger than the value arena's first slot block (256 items),
+    # which they once overran (a heap overflow; scan crashed with SIGSEGV). Every command reads it.
+    history = {"losses": [i / 7 for i in range(3000)], "milestones": tuple(range(300)),
+               "model": nn.DataParallel(net(15)).state_dict()}
+    rep = repair_case(s, "history", history, ["module."], ["--state-dict-key", "model"], net(16),
+                      sd_path="model", weights_only_ok=False)
+    if rep is not None:
+        b = torch.load(s.path("history.fixed.pth"))
+        s.check(b["losses"] == history["losses"] and b["milestones"] == history["milestones"],
+                "history: the long lists changed")
+    for cmd in (["inspect"], ["verify"], ["scan"], ["diff-keys", s.path("history.fixed.pth"),
+                                                     "--state-dict-key", "model", "--reference-state-dict-key", "model"]):
+        args = [cmd[0], s.path("history.pth")] + cmd[1:]
+        r = s.run(*args)
+        want = 1 if cmd[0] == "diff-keys" else 0  # the keys differ by their module. prefix
+        s.check(r.returncode == want, "history: %s exit %d (want %d): %s" % (" ".join(cmd[:1]), r.returncode, want,
+                                                                             r.stderr.strip()[-300:]))
+    # The same as a plain pickle: the tuple of 300 is the very first list (scan once died on it).
+    with open(s.path("long.pkl"), "wb") as f:
+        pickle.dump((tuple(range(300)), list(range(3000)), {i: i for i in range(300)}), f, protocol=2)
+    r = s.run("scan", s.path("long.pkl"), "--json")
+    scanned = json.loads(r.stdout) if r.returncode == 0 else {}
+    s.check(r.returncode == 0 and scanned.get("dangerous") == 0 and scanned.get("unknown") == 0,
+            "long.pkl: scan exit %d: %s" % (r.returncode, r.stderr.strip()[-300:]))
 
     # Lightning: {"state_dict": {"model.…"}, …} with --prefix model.
     lit = Lit(net(12))
