@@ -48,10 +48,12 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
                 a->options.reference_open = open;
             }
             a->options.progress = progress_line(global, "verify");
+            ckpt::ReferenceAhead reference(a->options);  // a fingerprint file's rows parsed while CKPT opens
             auto c = ckpt::Checkpoint::open(a->file, open);
             ckpt::Fingerprint fp;
             // The fingerprint only when it is written: else its rows move into the report, not copied.
-            ckpt::VerifyReport report = ckpt::verify(*c, a->options, a->write_fingerprint.empty() ? nullptr : &fp);
+            ckpt::VerifyReport report =
+                ckpt::verify(*c, a->options, a->write_fingerprint.empty() ? nullptr : &fp, &reference);
             if (!a->write_fingerprint.empty()) {
                 ckpt::AtomicFile out(a->write_fingerprint);
                 uint64_t at = 0;

@@ -9,11 +9,13 @@
 // re-shaped tensors are findings too.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -71,8 +73,31 @@ struct VerifyReport {
     bool ok() const { return findings.empty(); }
 };
 
-// Throws Error for what cannot be read (either file); everything else is a finding.
-VerifyReport verify(const Checkpoint& c, const VerifyOptions& options, Fingerprint* fingerprint_out = nullptr);
+// A reference fingerprint file read ahead on another thread while the checkpoint opens (its rows take
+// about as long to parse as the checkpoint's pickle): made before Checkpoint::open and handed to
+// verify. A reference that is no fingerprint file (a checkpoint) is read by verify, as without it.
+class ReferenceAhead {
+public:
+    explicit ReferenceAhead(const VerifyOptions& options);
+    ReferenceAhead(const ReferenceAhead&) = delete;
+    ReferenceAhead& operator=(const ReferenceAhead&) = delete;
+    ~ReferenceAhead();
+    // What read_fingerprint_file gives for the reference (nullopt: no fingerprint file), or its
+    // error, thrown here as it would have been without reading ahead.
+    std::optional<Fingerprint> take();
+
+private:
+    std::string m_path;
+    bool m_read = false;  // a fingerprint file may be there: read it (on m_thread, or in take())
+    std::thread m_thread;
+    std::optional<Fingerprint> m_result;
+    std::exception_ptr m_error;
+};
+
+// Throws Error for what cannot be read (either file); everything else is a finding. `ahead`, when
+// given, is the reference read ahead (options.reference's).
+VerifyReport verify(const Checkpoint& c, const VerifyOptions& options, Fingerprint* fingerprint_out = nullptr,
+                    ReferenceAhead* ahead = nullptr);
 
 // The optimizer check on its own (verify runs it): for every optimizer state_dict in the file, its
 // parameters in param_groups order are matched with the state dict's parameters in order (every

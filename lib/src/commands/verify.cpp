@@ -10,6 +10,8 @@
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
+#include <system_error>
+#include <utility>
 
 #include "ckpt/error.hpp"
 #include "model/keys.hpp"
@@ -266,9 +268,11 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     }
 }
 
-Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file) {
+Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_file, ReferenceAhead* ahead) {
     const std::string& path = *o.reference;
-    std::optional<Fingerprint> from_file = is_sharded_index(path) ? std::nullopt : read_fingerprint_file(path);
+    std::optional<Fingerprint> from_file = ahead               ? ahead->take()
+                                           : is_sharded_index(path) ? std::nullopt
+                                                                    : read_fingerprint_file(path);
     is_fingerprint_file = from_file.has_value();
     if (from_file) return std::move(*from_file);
     std::unique_ptr<Checkpoint> r = Checkpoint::open(path, o.reference_open);
@@ -283,6 +287,35 @@ Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_f
 }
 
 }  // namespace
+
+ReferenceAhead::ReferenceAhead(const VerifyOptions& o) {
+    if (!o.reference || is_sharded_index(*o.reference)) return;
+    m_path = *o.reference;
+    m_read = true;
+    try {
+        m_thread = std::thread([this] {
+            try {
+                m_result = read_fingerprint_file(m_path);
+            } catch (...) {
+                m_error = std::current_exception();
+            }
+        });
+    } catch (const std::system_error&) {
+        // No thread to be had: take() reads it.
+    }
+}
+
+ReferenceAhead::~ReferenceAhead() {
+    if (m_thread.joinable()) m_thread.join();
+}
+
+std::optional<Fingerprint> ReferenceAhead::take() {
+    if (m_thread.joinable()) m_thread.join();
+    else if (m_read) m_result = read_fingerprint_file(m_path);
+    m_read = false;
+    if (m_error) std::rethrow_exception(std::exchange(m_error, nullptr));
+    return std::exchange(m_result, std::nullopt);
+}
 
 std::vector<Finding> check_optimizers(const Checkpoint& c) {
     std::vector<Finding> out;
@@ -391,7 +424,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
     return out;
 }
 
-VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out) {
+VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out, ReferenceAhead* ahead) {
     VerifyReport rep;
     rep.file = c.path();
     rep.reference = o.reference;
@@ -401,7 +434,7 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     // The reference first: an unreadable one is an error before any work on the file.
     std::optional<Fingerprint> ref;
     bool ref_is_fingerprint = false;
-    if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint);
+    if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint, ahead);
     bool all = o.all || (ref && ref_is_fingerprint && ref->scope == "all");
 
     FingerprintOptions so;
