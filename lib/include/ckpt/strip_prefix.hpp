@@ -35,6 +35,7 @@ struct RenameRule {
     // torch's consume_prefix_in_state_dict_if_present for `_metadata` module paths: "" stays, the
     // prefix without its dot ("module") becomes "", "module.x" becomes "x"; adding does the reverse.
     std::string metadata_key(std::string_view k) const;
+    std::string_view metadata_key_into(std::string& buffer, std::string_view k) const;
 };
 
 struct KeyRename {

@@ -36,11 +36,6 @@ using text::starts_with;
     throw Error(ErrorKind::usage, path, why);
 }
 
-std::string without_dot(std::string p) {
-    if (!p.empty() && p.back() == '.') p.pop_back();
-    return p;
-}
-
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 // The string keys of a dict value, in order: views of the checkpoint's text, valid while it is open.
@@ -62,8 +57,9 @@ const Value* metadata_of(const Value* state_dict) {
 
 // The `_metadata` entries of the state dict that the plan's rule changes, into plan.metadata.
 void plan_metadata(const Value* state_dict, RenamePlan& plan) {
+    std::string buffer;
     for (std::string_view k : string_keys(metadata_of(state_dict))) {
-        std::string to = plan.rule.metadata_key(k);
+        std::string_view to = plan.rule.metadata_key_into(buffer, k);
         if (to != k) plan.metadata.push_back({plan.text.keep(k), plan.text.keep(to)});
     }
 }
@@ -101,14 +97,20 @@ std::string_view RenameRule::key_into(std::string& buffer, std::string_view k) c
 }
 
 std::string RenameRule::metadata_key(std::string_view k) const {
-    std::string out(k);
+    std::string out;
+    return std::string(metadata_key_into(out, k));
+}
+
+std::string_view RenameRule::metadata_key_into(std::string& buffer, std::string_view k) const {
     for (const auto& p : strip) {
-        if (out.empty()) continue;
-        if (out == without_dot(p)) out.clear();
-        else if (starts_with(out, p)) out.erase(0, p.size());
+        if (k.empty()) continue;
+        if (k == std::string_view(p).substr(0, p.size() - (!p.empty() && p.back() == '.'))) k = {};
+        else if (starts_with(k, p)) k.remove_prefix(p.size());
     }
-    if (!add.empty()) out = out.empty() ? without_dot(add) : add + out;
-    return out;
+    if (add.empty()) buffer.assign(k);
+    else if (k.empty()) buffer.assign(add, 0, add.size() - (add.back() == '.'));
+    else buffer.assign(add).append(k);
+    return buffer;
 }
 
 RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {

@@ -202,18 +202,22 @@ const ZipEntry* ZipArchive::find(std::string_view name) const {
 }
 
 uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
-    ByteReader r(header, "zip local header of '" + std::string(e.name) + "'", e.local_header_offset);
-    if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || r.u32le() != k_local_sig)
+    // Read in place once the fixed 30 bytes are known to be there (a reader with a context made
+    // for each record was an allocation a record, for messages it never gave).
+    auto le = [&](uint64_t at, int n) {
+        uint64_t v = 0;
+        for (int i = n - 1; i >= 0; --i) v = (v << 8) | header.data[at + static_cast<uint64_t>(i)];
+        return v;
+    };
+    if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || le(0, 4) != k_local_sig)
         corrupt("bad local header signature for '" + std::string(e.name) + "'", e.local_header_offset);
-    r.u16le();
-    r.u16le();
-    uint16_t method = r.u16le();
-    r.seek(26);
-    uint16_t name_len = r.u16le(), extra_len = r.u16le();
+    uint16_t method = static_cast<uint16_t>(le(8, 2));
+    uint16_t name_len = static_cast<uint16_t>(le(26, 2)), extra_len = static_cast<uint16_t>(le(28, 2));
     if (method != e.method && !m_limits.tolerant)
         corrupt("local header of '" + std::string(e.name) + "' disagrees with the directory on the method",
                 e.local_header_offset);
-    if (!m_limits.tolerant && (name_len != e.name.size() || r.bytes(name_len).as_chars() != e.name))
+    if (!m_limits.tolerant &&
+        (name_len != e.name.size() || std::string_view(reinterpret_cast<const char*>(header.data) + 30, name_len) != e.name))
         corrupt("local header name differs from the directory's '" + std::string(e.name) + "'",
                 e.local_header_offset);
     uint64_t start = e.local_header_offset + 30 + name_len + extra_len;

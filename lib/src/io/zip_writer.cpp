@@ -48,7 +48,7 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size, uint32_t crc3
     put16(h, pad);
     h.append(pad, 'Z');
     m_out.write(h.data(), h.size());
-    m_entries.push_back({std::string(name), crc32, size, at});
+    m_entries.push_back({m_names.keep(name), crc32, size, at});
 }
 
 void ZipWriter::add(std::string_view name, ByteView data, uint32_t crc32) {

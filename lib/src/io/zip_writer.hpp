@@ -17,6 +17,7 @@
 
 #include "ckpt/atomic_file.hpp"
 #include "ckpt/bytes.hpp"
+#include "ckpt/text_store.hpp"
 #include "io/output_writer.hpp"
 
 namespace ckpt {
@@ -39,7 +40,7 @@ public:
 
 private:
     struct Written {
-        std::string name;
+        std::string_view name;  // kept in m_names
         uint32_t crc32;
         uint64_t size, header_offset;
     };
@@ -48,6 +49,7 @@ private:
     OutputWriter m_out;
     std::string m_header;  // the local header being written (its buffer kept from record to record)
     std::vector<Written> m_entries;
+    TextStore m_names;  // the records' names: one block per 64 KiB, not a string each
 };
 
 }  // namespace ckpt

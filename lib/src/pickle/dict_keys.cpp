@@ -23,26 +23,48 @@ bool canonical_key(const Value* k, std::string& out) {
     }
 }
 
+void DictKeys::index_all(Index& index, const ValueList& entries) {
+    index.names = StringIndex();
+    index.names.reserve(entries.size() / 2 + 1);
+    std::string k;  // (the index compares through m_key_at)
+    for (size_t pos = 0; pos < entries.size(); pos += 2) {
+        if (index.strings) {
+            index.names.insert(entries[pos]->s, pos, [&](size_t p) -> std::string_view { return entries[p]->s; });
+        } else if (canonical_key(entries[pos], k)) {
+            index.names.insert(k, pos, [&](size_t p) -> std::string_view {
+                canonical_key(entries[p], m_key_at);
+                return m_key_at;
+            });
+        }
+    }
+}
+
 std::pair<size_t, bool> DictKeys::place(const Value* dict, const Value* key) {
     const ValueList& entries = dict->entries;
-    if (!canonical_key(key, m_key)) return {entries.size(), true};
     if (entries.size() < 2 * k_scan) {
+        if (!canonical_key(key, m_key)) return {entries.size(), true};
         for (size_t pos = 0; pos < entries.size(); pos += 2)
             if (canonical_key(entries[pos], m_key_at) && m_key_at == m_key) return {pos, false};
         return {entries.size(), true};
     }
-    auto key_at = [&](size_t pos) -> std::string_view {
-        canonical_key(entries[pos], m_key_at);
-        return m_key_at;
-    };
     auto [it, made] = m_index.try_emplace(dict);
-    StringIndex& index = it->second;
+    Index& index = it->second;
     if (made) {  // the keys it holds so far (each one new: the search above kept them apart)
-        std::string k;
-        for (size_t pos = 0; pos < entries.size(); pos += 2)
-            if (canonical_key(entries[pos], k)) index.insert(k, pos, key_at);
+        for (size_t pos = 0; pos < entries.size() && index.strings; pos += 2)
+            index.strings = entries[pos]->kind == ValueKind::string;
+        index_all(index, entries);
     }
-    return index.insert(m_key, entries.size(), key_at);
+    if (index.strings && key->kind != ValueKind::string) {  // the first key that is not a string
+        index.strings = false;
+        index_all(index, entries);
+    }
+    if (index.strings)
+        return index.names.insert(key->s, entries.size(), [&](size_t p) -> std::string_view { return entries[p]->s; });
+    if (!canonical_key(key, m_key)) return {entries.size(), true};
+    return index.names.insert(m_key, entries.size(), [&](size_t p) -> std::string_view {
+        canonical_key(entries[p], m_key_at);
+        return m_key_at;
+    });
 }
 
 }  // namespace ckpt

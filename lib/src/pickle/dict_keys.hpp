@@ -27,7 +27,14 @@ public:
 
 private:
     static constexpr size_t k_scan = 8;
-    std::unordered_map<const Value*, StringIndex> m_index;
+    // A large dict's keys. While every key is a string (a state dict, _metadata), by the key's own
+    // text, with no canonical text made per key; canonical texts from the first key that is not.
+    struct Index {
+        StringIndex names;
+        bool strings = true;
+    };
+    void index_all(Index& index, const ValueList& entries);
+    std::unordered_map<const Value*, Index> m_index;
     std::string m_key, m_key_at;  // scratch
 };
 

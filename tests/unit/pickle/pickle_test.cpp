@@ -111,6 +111,21 @@ TEST_CASE("pickle: a key set again keeps its first position, in small dicts and 
     CHECK(big.rfind("{0: 'v0', 1: 'true', 2: 'v2', 3: 'v3', ", 0) == 0);
     CHECK_THAT(big, Catch::EndsWith("19: 'v19', 21: 'new', 'd': {'s': 2}}"));
     CHECK(big.find("'one'") == std::string::npos);
+
+    // Large dicts of string keys are indexed by the keys' own text until a key that is not a string
+    // comes; after it, the string keys set before are still found.
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    for (int k = 0; k < 20; ++k) p.short_str("k" + std::to_string(k)).integer(k);
+    p.setitems();
+    p.short_str("k3").short_str("again").setitem();   // found by its text
+    p.integer(5).short_str("five").setitem();          // the first key that is not a string
+    p.short_str("k4").short_str("again").setitem();   // found after the index is made anew
+    p.op('G').raw(std::string("\x40\x14\0\0\0\0\0\0", 8)).short_str("5.0").setitem();  // 5.0 == 5
+    p.stop();
+    std::string strings = repr_of(p.bytes());
+    CHECK(strings.rfind("{'k0': 0, 'k1': 1, 'k2': 2, 'k3': 'again', 'k4': 'again', 'k5': 5, ", 0) == 0);
+    CHECK_THAT(strings, Catch::EndsWith("'k19': 19, 5: '5.0'}"));
 }
 
 TEST_CASE("pickle: protocol 4 opcodes (FRAME, MEMOIZE, STACK_GLOBAL, sets)") {
