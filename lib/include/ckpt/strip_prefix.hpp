@@ -61,9 +61,6 @@ struct StripPrefixOptions {
 // a prefix no key carries, two keys that would get one name.
 RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options);
 
-// data.pkl with the plan applied (see the top of this file). `c` must be opened with trace_pickle.
-std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan);
-
 struct StripPrefixRequest {
     std::string input, output;  // output "" with in_place
     StripPrefixOptions options;

@@ -245,7 +245,7 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     }
     for (const auto& e : c.entries())
         if (e.tensor) r.tensors += 1, r.cast += retype.count(c.tensors()[*e.tensor].storage);
-    std::string pickle = apply_pickle_edits(c, retype_storages(c, retype));
+    PatchedPickle pickle = apply_pickle_edits(c, retype_storages(c, retype));
     // The storage each record holds, when it is cast: by the record's position, which the writer
     // hands over, not by its name (a string made per record to look it up).
     constexpr size_t none = ~size_t{0};

@@ -206,7 +206,10 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
     return plan;
 }
 
-std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
+namespace {
+
+// data.pkl with the plan applied (see the top of strip_prefix.hpp). `c` must be opened with trace_pickle.
+PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     const PickleTrace* trace = c.pickle_trace();
     if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
     ByteView pk = c.pickle_bytes();
@@ -273,8 +276,6 @@ std::string patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
 
     return apply_pickle_edits(c, std::move(edits));
 }
-
-namespace {
 
 bool same_file(const std::string& a, const std::string& b) {
     struct stat sa {}, sb {};
@@ -390,7 +391,7 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
         if (shard->format() == Format::safetensors) {
             r.bytes_written += write_renamed_safetensors(*shard, plan, files.back()->fd(), targets[i], records);
         } else {
-            std::string pickle = patch_pickle(*shard, plan);
+            PatchedPickle pickle = patch_pickle(*shard, plan);
             r.bytes_written += write_torch_zip(*shard, pickle, files.back()->fd(), targets[i], records);
         }
         r.records += records;
@@ -464,7 +465,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     if (c->format() == Format::safetensors) {
         r.bytes_written = write_renamed_safetensors(*c, r.plan, out.fd(), target, r.records);
     } else {
-        std::string pickle = patch_pickle(*c, r.plan);
+        PatchedPickle pickle = patch_pickle(*c, r.plan);
         r.bytes_written = write_torch_zip(*c, pickle, out.fd(), target, r.records);
     }
     out.start_sync();  // the disk writes while the output is read back from the page cache

@@ -16,7 +16,7 @@
 
 namespace ckpt {
 
-std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edits) {
+PatchedPickle apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edits) {
     const PickleTrace* trace = c.pickle_trace();
     if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
     ByteView pk = c.pickle_bytes();
@@ -33,25 +33,49 @@ std::string apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> edit
             edits.push_back({p.view_pos, 1, ""});
         }
     std::sort(edits.begin(), edits.end(), [](const PickleEdit& a, const PickleEdit& b) { return a.pos < b.pos; });
-    std::string out;
-    uint64_t size = pk.size;  // exactly: a pickle of 10 MiB grew by doublings to twice that
-    for (const PickleEdit& e : edits) size += e.size();
-    out.reserve(size);
     uint64_t at = 0;
     for (const PickleEdit& e : edits) {
         if (e.pos < at || e.len == 0 || e.pos + e.len > pk.size)
             throw Error(ErrorKind::corrupt, c.path(), c.pickle_record() + ": overlapping pickle edits", e.pos);
-        out.append(reinterpret_cast<const char*>(pk.data) + at, e.pos - at);
+        at = e.pos + e.len;
+    }
+    return PatchedPickle(pk, std::move(edits));
+}
+
+PatchedPickle::PatchedPickle(ByteView original, std::vector<PickleEdit> sorted_edits)
+    : m_original(original), m_edits(std::move(sorted_edits)), m_size(original.size) {
+    for (const PickleEdit& e : m_edits) m_size = m_size - e.len + e.size();
+}
+
+void PatchedPickle::for_each_piece(const std::function<void(const char*, size_t)>& piece) const {
+    const char* pk = reinterpret_cast<const char*>(m_original.data);
+    char head[5] = {'X'};
+    uint64_t at = 0;
+    for (const PickleEdit& e : m_edits) {
+        if (e.pos > at) piece(pk + at, e.pos - at);
         if (e.unicode) {
-            out += 'X';
-            out += le_bytes(e.unicode->size(), 4);
-            out += *e.unicode;
-        } else {
-            out += e.text;
+            std::string le = le_bytes(e.unicode->size(), 4);
+            std::memcpy(head + 1, le.data(), 4);
+            piece(head, 5);
+            if (!e.unicode->empty()) piece(e.unicode->data(), e.unicode->size());
+        } else if (!e.text.empty()) {
+            piece(e.text.data(), e.text.size());
         }
         at = e.pos + e.len;
     }
-    out.append(reinterpret_cast<const char*>(pk.data) + at, pk.size - at);
+    if (m_original.size > at) piece(pk + at, m_original.size - at);
+}
+
+uint32_t PatchedPickle::crc32() const {
+    uint32_t crc = 0;
+    for_each_piece([&](const char* p, size_t n) { crc = crc32_of({reinterpret_cast<const uint8_t*>(p), n}, crc); });
+    return crc;
+}
+
+std::string PatchedPickle::bytes() const {
+    std::string out;
+    out.reserve(m_size);
+    for_each_piece([&](const char* p, size_t n) { out.append(p, n); });
     return out;
 }
 
@@ -154,17 +178,19 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     return edits;
 }
 
-uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd, const std::string& target,
+uint64_t write_torch_zip(const Checkpoint& c, const PatchedPickle& pickle, int fd, const std::string& target,
                          size_t& records, const CustomRecord& custom) {
     ZipWriter w(fd, target);
-    ByteView pv{reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size()};
+    auto add_pickle = [&](std::string_view name) {
+        w.add_pieces(name, pickle.size(), pickle.crc32(), [&](const auto& write) { pickle.for_each_piece(write); });
+    };
     if (c.format() == Format::legacy) {
         // The modern layout: ROOT/data.pkl, ROOT/data/KEY for each storage, ROOT/version; ROOT is the
         // target's stem, as torch.save names it.
         std::string base = text::base_name(target);
         std::string root = base.substr(0, base.find('.') == 0 || base.find('.') == std::string::npos ? base.size() : base.find('.'));
         if (root.empty()) root = "archive";
-        w.add(root + "/data.pkl", pv, crc32_of(pv));
+        add_pickle(root + "/data.pkl");
         for (size_t i = 0; i < c.records().size(); ++i) {
             std::string name = root + "/data/" + std::string(c.records()[i].name);
             if (custom && custom(i, name, w)) continue;
@@ -179,7 +205,7 @@ uint64_t write_torch_zip(const Checkpoint& c, const std::string& pickle, int fd,
         for (size_t i = 0; i < zip.entries().size(); ++i) {
             const ZipEntry& e = zip.entries()[i];
             if (e.name == c.pickle_record()) {
-                w.add(e.name, pv, crc32_of(pv));
+                add_pickle(e.name);
             } else if (custom && custom(i, e.name, w)) {
                 continue;
             } else if (e.method == 0) {

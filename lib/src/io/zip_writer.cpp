@@ -51,6 +51,11 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size, uint32_t crc3
     m_entries.push_back({m_names.keep(name), crc32, size, at});
 }
 
+void ZipWriter::size_mismatch(std::string_view name, uint64_t size, uint64_t written) const {
+    throw Error(ErrorKind::io, m_out.path(), "internal: record " + std::string(name) + " was to hold " + std::to_string(size) +
+                                                 " bytes, " + std::to_string(written) + " were written");
+}
+
 void ZipWriter::add(std::string_view name, ByteView data, uint32_t crc32) {
     begin_record(name, data.size, crc32);
     m_out.write(data);
@@ -63,13 +68,14 @@ void ZipWriter::add_copy(std::string_view name, const MappedFile& src, uint64_t 
 }
 
 uint64_t ZipWriter::finish() {
-    std::string cd;
-    size_t need = 98;  // the end records: zip64's, its locator, the classic one
-    for (const Written& e : m_entries) need += 46 + e.name.size() + 28;  // with room for a zip64 extra field
-    cd.reserve(need);
+    // An entry at a time into the writer's buffer (the directory of 100,000 records was a 12 MiB
+    // string of its own).
+    uint64_t cd_offset = m_out.pos();
+    std::string cd, extra;
     for (const Written& e : m_entries) {
+        cd.clear();
+        extra.clear();
         bool big_size = e.size >= k_u32_max, big_offset = e.header_offset >= k_u32_max;
-        std::string extra;
         if (big_size || big_offset) {
             put16(extra, 0x0001);
             put16(extra, (big_size ? 16 : 0) + (big_offset ? 8 : 0));
@@ -98,8 +104,10 @@ uint64_t ZipWriter::finish() {
         put32(cd, big_offset ? k_u32_max : e.header_offset);
         cd += e.name;
         cd += extra;
+        m_out.write(cd.data(), cd.size());
     }
-    uint64_t cd_offset = m_out.pos(), cd_size = cd.size(), n = m_entries.size();
+    cd.clear();
+    uint64_t cd_size = m_out.pos() - cd_offset, n = m_entries.size();
     uint64_t zip64_end = cd_offset + cd_size;
     put32(cd, 0x06064b50);
     put64(cd, 44);

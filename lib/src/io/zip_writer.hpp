@@ -31,6 +31,18 @@ public:
 
     // A record from memory.
     void add(std::string_view name, ByteView data, uint32_t crc32);
+    // A record of `size` bytes with a known CRC-32, written in pieces: `pieces(write)` calls
+    // write(data, n) for each, in order, and they must add up to `size`.
+    template <class Pieces>
+    void add_pieces(std::string_view name, uint64_t size, uint32_t crc32, Pieces&& pieces) {
+        begin_record(name, size, crc32);
+        uint64_t written = 0;
+        pieces([&](const char* data, size_t n) {
+            m_out.write(data, n);
+            written += n;
+        });
+        if (written != size) size_mismatch(name, size, written);
+    }
     // A record copied from `src` (bytes [offset, offset + size)) with a known CRC-32.
     void add_copy(std::string_view name, const MappedFile& src, uint64_t offset, uint64_t size, uint32_t crc32);
     // Central directory and end records, and everything still buffered. Returns the file's size.
@@ -45,6 +57,7 @@ private:
         uint64_t size, header_offset;
     };
     void begin_record(std::string_view name, uint64_t size, uint32_t crc32);
+    [[noreturn]] void size_mismatch(std::string_view name, uint64_t size, uint64_t written) const;
 
     OutputWriter m_out;
     std::string m_header;  // the local header being written (its buffer kept from record to record)
