@@ -118,7 +118,8 @@ std::string outcome(const std::function<Fingerprint()>& read) {
 
 TEST_CASE("fingerprint: the row-by-row file reader agrees with the document reader, error for error") {
     const std::string row = R"({"key": "w", "dtype": "float32", "shape": [2, 3], "count": 6, "mean": 0.5, "std": "nan",
-                              "min": "-inf", "max": "inf", "abs_mean": null, "l2": 1e-300, "nan": 1, "inf": 2, "hash": "ab"})";
+                              "min": "-inf", "max": "inf", "abs_mean": null, "l2": 1e-300, "nan": 1, "inf": 2,
+                              "hash": "xxh3-128:00112233445566778899AABBCCDDEEFF"})";
     const std::vector<std::string> docs = {
         R"({"schema_version": 1, "command": "fingerprint", "file": "a.pth", "file_size": 10, "scope": "all",
             "tool": {"name": "x", "tensors": [1]}, "tensors": [)" + row + ", " + row + R"(, {"key": "b", "dtype": "int8", "shape": []}]})",
@@ -137,6 +138,7 @@ TEST_CASE("fingerprint: the row-by-row file reader agrees with the document read
         R"({"command": "inspect", "tensors": [{"key": "a", "dtype": "float32", "shape": [1]}]})",
         R"({"tensors": [{"key": 1}], "command": "inspect"})",  // the inspect report is said first
         R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1], "mean": 4e999}]})",  // out of range
+        R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1], "hash": "ab"}]})",  // no xxh3-128 hash
         R"({"tensors": [{"key": "a", "dtype": "float32", "shape": [1],)",                    // cut short
         "\xef\xbb\xbf  {\"tensors\": [{\"key\": \"bom\", \"dtype\": \"uint8\", \"shape\": [0]}]}",
     };
@@ -158,6 +160,8 @@ TEST_CASE("fingerprint: the row-by-row file reader agrees with the document read
         });
         INFO(docs[n]);
         CHECK(streamed == whole);
+        if (n == 0) CHECK_THAT(streamed, Catch::Contains("\"hash\":\"xxh3-128:00112233445566778899aabbccddeeff\""));
+        if (n + 3 == docs.size()) CHECK_THAT(streamed, Catch::Contains("hash is not \"xxh3-128:\" and 32 hex digits"));
     }
     testing::write_file(dir + "/not.json", "PK\x03\x04 a zip");
     CHECK_FALSE(read_fingerprint_file(dir + "/not.json"));
