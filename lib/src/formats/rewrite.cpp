@@ -72,13 +72,6 @@ uint32_t PatchedPickle::crc32() const {
     return crc;
 }
 
-std::string PatchedPickle::bytes() const {
-    std::string out;
-    out.reserve(m_size);
-    for_each_piece([&](const char* p, size_t n) { out.append(p, n); });
-    return out;
-}
-
 std::string binunicode(std::string_view s) {
     std::string op = "X" + le_bytes(s.size(), 4);
     op += s;

@@ -43,7 +43,6 @@ public:
     uint32_t crc32() const;
     // Calls piece(data, size) for each piece, in order.
     void for_each_piece(const std::function<void(const char*, size_t)>& piece) const;
-    std::string bytes() const;  // the whole (tests)
 
 private:
     ByteView m_original;
