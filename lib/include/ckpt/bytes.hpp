@@ -40,6 +40,14 @@ inline std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) {
     return r;
 }
 
+// The `n` bytes at `p` as a little-endian unsigned number (the caller knows they are there): zip
+// fields, pickle arguments. The reading side of append_le.
+inline uint64_t load_le(const uint8_t* p, int n) {
+    uint64_t v = 0;
+    for (int i = n; i-- > 0;) v = (v << 8) | p[i];
+    return v;
+}
+
 // A cursor over a ByteView. `base` is the absolute offset of the view in its file, so errors name
 // the byte in the file, not in the record.
 class ByteReader {
@@ -99,12 +107,7 @@ private:
     [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(uint64_t n) const {
         fail("truncated: needs " + std::to_string(n) + " bytes, " + std::to_string(remaining()) + " left");
     }
-    uint64_t le(int n) {
-        const uint8_t* p = take(n);
-        uint64_t v = 0;
-        for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-        return v;
-    }
+    uint64_t le(int n) { return load_le(take(n), n); }
 
     ByteView m_view;
     std::string m_context;

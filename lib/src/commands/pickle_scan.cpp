@@ -86,11 +86,7 @@ public:
         m_p = at;
         return true;
     }
-    uint64_t le(uint64_t at, int n) const {
-        uint64_t v = 0;
-        for (int k = n; k-- > 0;) v = (v << 8) | m_pk.data[at + k];
-        return v;
-    }
+    uint64_t le(uint64_t at, int n) const { return load_le(m_pk.data + at, n); }
 
 private:
     uint64_t find_newline(uint64_t from, uint64_t to) const {

@@ -204,15 +204,14 @@ std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
 
 bool sniff_safetensors(ByteView file) {
     if (file.size < 10) return false;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | file.data[i];
+    uint64_t n = load_le(file.data, 8);
     return n >= 2 && n <= file.size - 8 && file.data[8] == '{';
 }
 
 SafetensorsHeader read_safetensors(ByteView file) {
     SafetensorsHeader h;
     if (file.size < 8) broken("file shorter than the 8-byte header length");
-    for (int i = 7; i >= 0; --i) h.header_size = (h.header_size << 8) | file.data[i];
+    h.header_size = load_le(file.data, 8);
     if (h.header_size > k_safetensors_max_header)
         throw Error(ErrorKind::limit, "", "safetensors: header of " + std::to_string(h.header_size) +
                                               " bytes, over the format's limit of 100,000,000", 0);

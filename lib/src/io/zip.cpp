@@ -204,11 +204,7 @@ const ZipEntry* ZipArchive::find(std::string_view name) const {
 uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
     // Read in place once the fixed 30 bytes are known to be there (a reader with a context made
     // for each record was an allocation a record, for messages it never gave).
-    auto le = [&](uint64_t at, int n) {
-        uint64_t v = 0;
-        for (int i = n - 1; i >= 0; --i) v = (v << 8) | header.data[at + static_cast<uint64_t>(i)];
-        return v;
-    };
+    auto le = [&](uint64_t at, int n) { return load_le(header.data + at, n); };
     if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || le(0, 4) != k_local_sig)
         corrupt("bad local header signature for '" + std::string(e.name) + "'", e.local_header_offset);
     uint16_t method = static_cast<uint16_t>(le(8, 2));

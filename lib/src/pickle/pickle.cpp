@@ -102,8 +102,7 @@ private:
     }
     Value* make_int_bytes(ByteView b) {
         if (b.size <= 8) {
-            uint64_t u = 0;
-            for (uint64_t k = b.size; k-- > 0;) u = (u << 8) | b.data[k];
+            uint64_t u = load_le(b.data, static_cast<int>(b.size));
             if (b.size > 0 && b.size < 8 && (b.data[b.size - 1] & 0x80)) u |= ~0ull << (8 * b.size);
             return m_arena.integer(static_cast<int64_t>(u), m_op_offset);
         }

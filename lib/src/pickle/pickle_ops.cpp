@@ -74,12 +74,6 @@ const Table& table() {
     return t;
 }
 
-uint64_t le(const uint8_t* p, int n) {
-    uint64_t v = 0;
-    for (int k = n; k-- > 0;) v = (v << 8) | p[k];
-    return v;
-}
-
 }  // namespace
 
 const Info* info(uint8_t op) { return table().by_op[op]; }
@@ -92,7 +86,7 @@ Span span(ByteView pk, uint64_t pos) {
     auto fixed = [&](uint64_t n) -> Span { return n <= left ? Span{at + n, at} : Span{}; };
     auto counted = [&](int width, bool is_signed) -> Span {
         if (left < static_cast<uint64_t>(width)) return {};
-        uint64_t n = le(pk.data + at, width);
+        uint64_t n = load_le(pk.data + at, width);
         if (is_signed && (n & 0x80000000u)) return {};
         if (n > left - width) return {};
         return {at + width + n, at + width};
@@ -149,7 +143,7 @@ bool memo_fetches(ByteView pk, std::vector<bool>& fetched) {
             case STOP: return true;
             case DUP: return false;
             case BINGET: case BINPUT: index = pk.data[sp.payload]; break;
-            case LONG_BINGET: case LONG_BINPUT: index = le(pk.data + sp.payload, 4); break;
+            case LONG_BINGET: case LONG_BINPUT: index = load_le(pk.data + sp.payload, 4); break;
             case GET: case PUT: if (!line_index(sp, index)) return false; break;
             case MEMOIZE: index = count; break;
             default: pos = sp.end; continue;
