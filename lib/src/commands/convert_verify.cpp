@@ -8,7 +8,7 @@
 
 #include "commands/convert_detail.hpp"
 #include "ckpt/error.hpp"
-#include "base/string_index.hpp"
+#include "stats/prints_by_key.hpp"
 #include "stats/tensor_stats.hpp"
 
 namespace ckpt::detail {
@@ -97,10 +97,7 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
     const Fingerprint& want = source_hashes.get();
     // The source's prints by key (the first of a key), and the renames and aliases: no node or copy of
     // a name per tensor, and no lookup at all in the tables that are empty (as a rule they are).
-    StringIndex src;
-    auto src_key = [&](size_t i) -> std::string_view { return want.tensors[i].key; };
-    src.reserve(want.tensors.size());
-    for (size_t i = 0; i < want.tensors.size(); ++i) src.insert(want.tensors[i].key, i, src_key);
+    PrintsByKey src(want.tensors);
     std::unordered_map<std::string_view, std::string_view> alias_of, input_name;  // views of r's names
     for (const auto& [alias, kept] : r.deduplicated) alias_of.emplace(alias, kept);
     for (const auto& [name, input] : r.renamed) input_name.emplace(name, input);
@@ -115,8 +112,8 @@ void verify_written(const Checkpoint* c, const ConvertRequest& rq, AtomicFile& o
         return a == alias_of.end() ? name : a->second;
     };
     auto source = [&](std::string_view name) -> const TensorPrint* {
-        size_t i = src.find(original(kept_of(name)), src_key);
-        return i == StringIndex::npos ? nullptr : &want.tensors[i];
+        size_t i = src.find(original(kept_of(name)));
+        return i == PrintsByKey::npos ? nullptr : &want.tensors[i];
     };
     size_t expected = 0;
     std::unordered_set<std::string_view> alias_inputs;

@@ -18,6 +18,7 @@
 #include "io/mapped_file.hpp"
 #include "model/optimizer.hpp"
 #include "ckpt/report.hpp"
+#include "stats/prints_by_key.hpp"
 #include "stats/torch_backend.hpp"
 #include "io/zip.hpp"
 
@@ -179,23 +180,21 @@ std::string shape_or_dtype_change(const TensorPrint& a, const TensorPrint& r) {
 
 void compare(VerifyReport& rep, const Fingerprint& ref) {
     const VerifyOptions& o = rep.options;
-    // Views of the reference's keys (it is not changed here) and a flag for each reference tensor
-    // matched: no copy of 100,000 keys, twice, as the maps of strings made.
-    std::unordered_map<std::string_view, size_t> by_key;
-    by_key.reserve(ref.tensors.size());
-    for (size_t i = 0; i < ref.tensors.size(); ++i) by_key.emplace(ref.tensors[i].key, i);
+    // The reference's prints by key (it is not changed here) and a flag for each reference tensor
+    // matched.
+    PrintsByKey by_key(ref.tensors);
     std::vector<char> matched(ref.tensors.size());
     std::vector<Finding> drift;
     for (auto& v : rep.tensors) {
         const TensorPrint& a = v.print;
-        auto it = by_key.find(a.key);
-        if (it == by_key.end()) {
+        size_t at = by_key.find(a.key);
+        if (at == PrintsByKey::npos) {
             v.status = "extra";
             rep.findings.push_back({"extra", a.key, a.key + " is not in the reference"});
             continue;
         }
-        matched[it->second] = 1;
-        const TensorPrint& r = ref.tensors[it->second];
+        matched[at] = 1;
+        const TensorPrint& r = ref.tensors[at];
         v.reference = std::make_shared<const TensorStats>(r.stats);
         std::string change = shape_or_dtype_change(a, r);
         if (!change.empty()) {
@@ -250,11 +249,11 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
                      [](const Finding& x, const Finding& y) { return x.relative_change > y.relative_change; });
     rep.findings.insert(rep.findings.end(), drift.begin(), drift.end());
     size_t missing = 0;  // room for them first: the verdicts are not moved to a table twice their size
-    for (const TensorPrint& r : ref.tensors) missing += !matched[by_key.at(r.key)];
+    for (const TensorPrint& r : ref.tensors) missing += !matched[by_key.find(r.key)];
     rep.tensors.reserve(rep.tensors.size() + missing);
     for (size_t i = 0; i < ref.tensors.size(); ++i) {
         const TensorPrint& r = ref.tensors[i];
-        if (matched[by_key.at(r.key)]) continue;  // a key twice in the reference: both by its first
+        if (matched[by_key.find(r.key)]) continue;  // a key twice in the reference: both by its first
         if (!o.key_globs.empty() && !any_glob_matches(o.key_globs, r.key)) continue;
         TensorVerdict v;
         v.print.key = r.key;
