@@ -167,7 +167,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     // A renamed string fetched again elsewhere keeps its old text there.
     for (const auto& g : trace->string_gets)
         if (renamed_strings.count(g.value) && !edited.count(g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), binunicode(g.value->s)});
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, &g.value->s});
     return edits;
 }
 

@@ -23,19 +23,21 @@ bool canonical_key(const Value* k, std::string& out) {
     }
 }
 
+// The text a key is indexed by at entries[pos]: its own (an index of strings) or its canonical text.
+std::string_view DictKeys::indexed_text(const Index& index, const ValueList& entries, size_t pos) {
+    if (index.strings) return entries[pos]->s;
+    canonical_key(entries[pos], m_key_at);
+    return m_key_at;
+}
+
 void DictKeys::index_all(Index& index, const ValueList& entries) {
     index.names = StringIndex();
     index.names.reserve(entries.size() / 2 + 1);
+    auto text_at = [&](size_t p) { return indexed_text(index, entries, p); };
     std::string k;  // (the index compares through m_key_at)
     for (size_t pos = 0; pos < entries.size(); pos += 2) {
-        if (index.strings) {
-            index.names.insert(entries[pos]->s, pos, [&](size_t p) -> std::string_view { return entries[p]->s; });
-        } else if (canonical_key(entries[pos], k)) {
-            index.names.insert(k, pos, [&](size_t p) -> std::string_view {
-                canonical_key(entries[p], m_key_at);
-                return m_key_at;
-            });
-        }
+        if (index.strings) index.names.insert(entries[pos]->s, pos, text_at);
+        else if (canonical_key(entries[pos], k)) index.names.insert(k, pos, text_at);
     }
 }
 
@@ -58,13 +60,10 @@ std::pair<size_t, bool> DictKeys::place(const Value* dict, const Value* key) {
         index.strings = false;
         index_all(index, entries);
     }
-    if (index.strings)
-        return index.names.insert(key->s, entries.size(), [&](size_t p) -> std::string_view { return entries[p]->s; });
+    auto text_at = [&](size_t p) { return indexed_text(index, entries, p); };
+    if (index.strings) return index.names.insert(key->s, entries.size(), text_at);
     if (!canonical_key(key, m_key)) return {entries.size(), true};
-    return index.names.insert(m_key, entries.size(), [&](size_t p) -> std::string_view {
-        canonical_key(entries[p], m_key_at);
-        return m_key_at;
-    });
+    return index.names.insert(m_key, entries.size(), text_at);
 }
 
 }  // namespace ckpt

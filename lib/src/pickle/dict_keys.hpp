@@ -34,6 +34,7 @@ private:
         bool strings = true;
     };
     void index_all(Index& index, const ValueList& entries);
+    std::string_view indexed_text(const Index& index, const ValueList& entries, size_t pos);
     std::unordered_map<const Value*, Index> m_index;
     std::string m_key, m_key_at;  // scratch
 };
