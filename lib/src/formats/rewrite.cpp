@@ -54,8 +54,7 @@ void PatchedPickle::for_each_piece(const std::function<void(const char*, size_t)
     for (const PickleEdit& e : m_edits) {
         if (e.pos > at) piece(pk + at, e.pos - at);
         if (e.unicode) {
-            std::string le = le_bytes(e.unicode->size(), 4);
-            std::memcpy(head + 1, le.data(), 4);
+            for (int k = 0; k < 4; ++k) head[1 + k] = static_cast<char>(e.unicode->size() >> (8 * k));
             piece(head, 5);
             if (!e.unicode->empty()) piece(e.unicode->data(), e.unicode->size());
         } else if (!e.text.empty()) {
