@@ -46,58 +46,38 @@ struct Value;
 
 // The children of a value (a container's items, or a dict's entries k0, v0, k1, v1, …) in memory of
 // the arena: 16 bytes and no allocation of their own. A std::vector each cost a malloc and a free per
-// tuple, and a tensor makes four tuples. Only the arena grows a list (ValueArena::append). A list's
-// slots are its own, so it is not copyable (ValueArena::list_of makes a copy): the arena takes a
-// small list's slots back, and gives a big one's old pages back to the kernel as it grows.
+// tuple, and a tensor makes four tuples. Only the arena makes or grows one (ValueArena::set_items,
+// append_items …): the arena takes a small list's slots back, and gives a big one's old pages back to
+// the kernel as it grows. Readers see a value's lists as ValueSpans (Value::items, Value::entries).
 class ValueList {
-public:
-    ValueList() = default;
-    ValueList(const ValueList& o) = delete;
-    ValueList& operator=(const ValueList& o) = delete;
-    // A list moved (list_of's result) keeps its room: its slots are its own.
-    ValueList(ValueList&& o) noexcept : m_data(o.m_data), m_size(o.m_size), m_cap(o.m_cap) {
-        o.m_data = nullptr;
-        o.m_size = o.m_cap = 0;
-    }
-    ValueList& operator=(ValueList&& o) noexcept {
-        m_data = o.m_data;
-        m_size = o.m_size;
-        m_cap = o.m_cap;
-        o.m_data = nullptr;
-        o.m_size = o.m_cap = 0;
-        return *this;
-    }
-    size_t size() const { return m_size; }
-    bool empty() const { return m_size == 0; }
-    Value* operator[](size_t n) const { return m_data[n]; }
-    // Replaces an element in place (a dict key set again); a copy sharing the elements sees it too.
-    void set(size_t n, Value* v) { m_data[n] = v; }
-    Value* front() const { return m_data[0]; }
-    Value* back() const { return m_data[m_size - 1]; }
-    Value* const* begin() const { return m_data; }
-    Value* const* end() const { return m_data + m_size; }
-
-private:
     friend class ValueArena;
-    Value** m_data = nullptr;
-    uint32_t m_size = 0, m_cap = 0;
+    friend struct Value;
+    Value** m_data;
+    uint32_t m_size, m_cap;
 };
 
-// A run of values that some other storage owns (the VM's stack above a MARK, a list's elements).
+// A run of values that some other storage owns (the VM's stack above a MARK, a value's items).
 struct ValueSpan {
     Value* const* data = nullptr;
     size_t count = 0;
     ValueSpan() = default;
     ValueSpan(Value* const* d, size_t n) : data(d), count(n) {}
-    ValueSpan(const ValueList& l) : data(l.begin()), count(l.size()) {}  // NOLINT: a view of it
     size_t size() const { return count; }
     bool empty() const { return count == 0; }
     Value* operator[](size_t n) const { return data[n]; }
     Value* front() const { return data[0]; }
+    Value* back() const { return data[count - 1]; }
     Value* const* begin() const { return data; }
     Value* const* end() const { return data + count; }
 };
 
+// 64 bytes. What a value holds beyond its kind, offset, s2 and state depends on its kind (see
+// ValueKind), and shares room: an int, a string, a container's list and an object's call are never
+// held at once. So those are read through accessors that check the kind and give an empty answer
+// (0, "", no items, nullptr) for a kind that holds no such thing, as the fields of a bigger value
+// did; they are written through setters that refuse a kind without room for it (an internal error,
+// never memory of another kind's). 100,000 tensors make 200,000–400,000 values: at 120 bytes each,
+// half the memory of opening such a file (docs/performance.md, "fifth step").
 struct Value {
     ValueKind kind = ValueKind::none;
     MakeHow how = MakeHow::reduce;
@@ -105,27 +85,122 @@ struct Value {
     // again (or may: the VM sets it for every memoized value when it cannot tell). Never recycled.
     bool shared = false;
     uint32_t depth = 0;       // nesting depth below this value (as built), capped by the VM
-    union {
-        int64_t i = 0;        // kinds that hold an int (see ValueKind); read only after checking the kind
-        double f;             // floating, complex
-    };
-    double f2 = 0;
-    std::string_view s;
-    std::string_view s2;      // global name; type name of typed containers
-    ValueList items;
-    ValueList entries;            // key, value, key, value, …
-    Value* callable = nullptr;    // object: the class or function (a global)
-    Value* args = nullptr;        // object: the argument tuple (NEWOBJ_EX's kwargs are not kept)
-    Value* state = nullptr;       // BUILD state (object attributes, OrderedDict._metadata …)
-    uint64_t offset = 0;          // file offset of the opcode that made it
+    uint64_t offset = 0;      // file offset of the opcode that made it
+    std::string_view s2;      // global name; type name of typed containers; a storage's key; a dtype's name
+    Value* state = nullptr;   // BUILD state (object attributes, OrderedDict._metadata …), of any kind
 
     bool is(ValueKind k) const { return kind == k; }
-    size_t dict_size() const { return entries.size() / 2; }
-    Value* dict_key(size_t n) const { return entries[2 * n]; }
-    Value* dict_value(size_t n) const { return entries[2 * n + 1]; }
+    // boolean, integer, tensor, storage (indices), device (its index or -1); 0 for other kinds
+    int64_t i() const { return holds_number() ? m.text.n.i : 0; }
+    double f() const { return kind == ValueKind::floating || kind == ValueKind::complex ? m.text.n.f : 0; }
+    double f2() const;  // complex: the imaginary part
+    // big_integer, string, bytes, bytearray, global (module), tensor, storage, device; "" for others
+    std::string_view s() const { return holds_text() ? m.text.s : std::string_view(); }
+    // The same, as the value keeps it (an edit of a pickle may point at it; "" for other kinds).
+    const std::string_view* s_ref() const;
+    // tuple, list, set, frozenset; an object's or global's APPENDS; empty for other kinds
+    ValueSpan items() const;
+    // dict (k0, v0, k1, v1, …); an object's or global's SETITEMS; empty for other kinds
+    ValueSpan entries() const;
+    Value* callable() const { return kind == ValueKind::object ? m.obj.callable : nullptr; }  // the class or function
+    Value* args() const { return kind == ValueKind::object ? m.obj.args : nullptr; }  // the argument tuple (NEWOBJ_EX's kwargs are not kept)
+
+    void set_i(int64_t v);
+    void set_f(double v);
+    void set_f2(double v);
+    void set_s(std::string_view v);
+    void set_callable(Value* v);
+    void set_args(Value* v);
+    // Replaces an item or entry in place (a dict key set again); n < items().size() / entries().size().
+    void set_item(size_t n, Value* v) { items_list()->m_data[n] = v; }
+    void set_entry(size_t n, Value* v) { entries_list()->m_data[n] = v; }
+
+    size_t dict_size() const { return entries().size() / 2; }
+    Value* dict_key(size_t n) const { return entries()[2 * n]; }
+    Value* dict_value(size_t n) const { return entries()[2 * n + 1]; }
     // The value for a string key in a dict, or nullptr.
     Value* get(std::string_view key) const;
+
+private:
+    friend class ValueArena;
+    // An object's or global's items and entries, made on its first APPENDS or SETITEMS (rare).
+    struct Lists {
+        ValueList items, entries;
+    };
+    // Scalars and text: a number (or a global's lists, a global holding no number), then a text (or
+    // a complex's imaginary part in its first bytes, a complex holding no text).
+    struct Text {
+        union {
+            int64_t i;
+            double f;
+            Lists* lists;
+        } n;
+        std::string_view s;
+    };
+    struct Object {
+        Lists* lists;  // first, where a global keeps its own
+        Value* callable;
+        Value* args;
+    };
+    union Payload {
+        Text text{};
+        ValueList list;  // tuple, list, set, frozenset: items; dict: entries
+        Object obj;
+    } m;
+
+    bool holds_number() const {
+        switch (kind) {
+            case ValueKind::boolean: case ValueKind::integer: case ValueKind::tensor: case ValueKind::storage:
+            case ValueKind::device: return true;
+            default: return false;
+        }
+    }
+    bool holds_text() const {
+        switch (kind) {
+            case ValueKind::big_integer: case ValueKind::string: case ValueKind::bytes: case ValueKind::bytearray:
+            case ValueKind::global: case ValueKind::tensor: case ValueKind::storage: case ValueKind::device: return true;
+            default: return false;
+        }
+    }
+    bool holds_list() const {
+        switch (kind) {
+            case ValueKind::tuple: case ValueKind::list: case ValueKind::set: case ValueKind::frozenset:
+            case ValueKind::dict: return true;
+            default: return false;
+        }
+    }
+    // The room for the kind's items / entries, made if need be (`arena`); nullptr without one: the
+    // kind holds none.
+    Lists* lists() const {
+        if (kind == ValueKind::object) return m.obj.lists;
+        if (kind == ValueKind::global) return m.text.n.lists;
+        return nullptr;
+    }
+    const ValueList* items_list() const;
+    const ValueList* entries_list() const;
+    ValueList* items_list() { return const_cast<ValueList*>(static_cast<const Value*>(this)->items_list()); }
+    ValueList* entries_list() { return const_cast<ValueList*>(static_cast<const Value*>(this)->entries_list()); }
 };
+
+inline ValueSpan Value::items() const {
+    const ValueList* l = items_list();
+    return l ? ValueSpan(l->m_data, l->m_size) : ValueSpan();
+}
+inline ValueSpan Value::entries() const {
+    const ValueList* l = entries_list();
+    return l ? ValueSpan(l->m_data, l->m_size) : ValueSpan();
+}
+inline const ValueList* Value::items_list() const {
+    if (kind == ValueKind::dict) return nullptr;
+    if (holds_list()) return &m.list;
+    const Lists* l = lists();
+    return l ? &l->items : nullptr;
+}
+inline const ValueList* Value::entries_list() const {
+    if (kind == ValueKind::dict) return &m.list;
+    const Lists* l = lists();
+    return l ? &l->entries : nullptr;
+}
 
 // Values, their child lists and the strings they own, in blocks that never move: a value costs no
 // allocation of its own, and nothing in a Value needs a destructor, so dropping the arena frees
@@ -142,15 +217,25 @@ public:
     Value* make(ValueKind kind, uint64_t offset = 0);
     // A copy of `text` that lives as long as the arena.
     std::string_view own(std::string_view text);
-    // Appends to a list of this arena, moving it to a block twice its capacity when full. The caller
-    // checks sizes against its caps first; past 2^32 - 1 elements this throws Error(limit).
-    void append(ValueList& list, Value* v) {
-        if (list.m_size == list.m_cap) grow(list, 1);
-        list.m_data[list.m_size++] = v;
+    // Appends to a value's items (a list, set, or an object's or global's APPENDS) or entries (a
+    // dict, or an object's or global's SETITEMS: key, value, …), moving them to a block twice their
+    // capacity when full. The caller checks sizes against its caps first; past 2^32 - 1 elements
+    // this throws Error(limit). A kind without room for them is an internal error.
+    void append_item(Value* to, Value* v) { append(items_room(to), v); }
+    void append_items(Value* to, ValueSpan values) { append(items_room(to), values); }
+    void append_entry(Value* to, Value* key, Value* v) {
+        ValueList& l = entries_room(to);
+        append(l, key);
+        append(l, v);
     }
-    void append(ValueList& list, ValueSpan values);
-    // A list holding exactly `values` (a tuple built at once).
-    ValueList list_of(ValueSpan values);
+    void append_entries(Value* to, ValueSpan kv) { append(entries_room(to), kv); }
+    // A tuple, list, set or frozenset made with no items gets exactly `values` (a tuple built at
+    // once); they are copied into slots of its own.
+    void set_items(Value* v, ValueSpan values);
+    // A new value of `v`'s kind holding what `v` holds itself (its number, float parts, texts, how,
+    // depth), its texts copied into this arena; its children (items, entries, callable, args,
+    // state) are left for the caller to copy.
+    Value* copy_shell(const Value* v);
 
     // Recycling. A hook that has read what a value holds and knows nothing refers to it any more (a
     // tensor's rebuild arguments, once the tensor is in the table) gives it back, and make() hands
@@ -163,7 +248,7 @@ public:
     // storages (TorchHooks makes a storage's value for each load, and keeps none; a value it hands
     // out again it marks shared). A small list's slots are taken back with it, for the next list of
     // its size: so no two lists may share slots while recycling is on (a hook copies a list into
-    // slots of its own, list_of, and marks a value whose items another list holds too shared).
+    // slots of its own, set_items, and marks a value whose items another list holds too shared).
     void recycle(Value* v) { if (m_recycling) take_back(v, 3); }
     void set_recycling(bool on) { m_recycling = on; }
 
@@ -195,6 +280,15 @@ private:
     static Block new_block(size_t& bytes);
     // new_block, or for a huge page, the one made ahead when it is ready.
     Block block(size_t& bytes);
+    void append(ValueList& list, Value* v) {
+        if (list.m_size == list.m_cap) grow(list, 1);
+        list.m_data[list.m_size++] = v;
+    }
+    void append(ValueList& list, ValueSpan values);
+    // Where a value's items / entries go; an object's or global's made on first use.
+    ValueList& items_room(Value* v);
+    ValueList& entries_room(Value* v);
+    Value::Lists& lists_of(Value* v);
     void grow(ValueList& list, size_t more);
     // Moves `list` to slots with room for `more` more; returns its old slots and their capacity,
     // for release once nothing reads them.
@@ -212,14 +306,14 @@ private:
     size_t m_slot_left = 0, m_slot_block = 0;    // the same for list slots
     TextStore m_texts;
     bool m_recycling = false;
-    Value* m_free = nullptr;  // values given back, linked through Value::args
+    Value* m_free = nullptr;  // values given back, linked through Value::state
     // Slots of lists given back, by capacity (below k_slot_classes), each linked through its first slot.
     static constexpr size_t k_slot_classes = 17;
     Value** m_free_slots[k_slot_classes] = {};
     static Value make_constant(ValueKind kind, int64_t i) {
         Value v;
         v.kind = kind;
-        v.i = i;
+        v.m.text.n.i = i;
         v.shared = true;
         return v;
     }

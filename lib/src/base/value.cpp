@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <condition_variable>
@@ -23,13 +25,53 @@ namespace ckpt {
 Value* Value::get(std::string_view key) const {
     for (size_t n = 0; n < dict_size(); ++n) {
         const Value* k = dict_key(n);
-        if (k->kind == ValueKind::string && k->s == key) return dict_value(n);
+        if (k->kind == ValueKind::string && k->s() == key) return dict_value(n);
     }
     return nullptr;
 }
 
 namespace {
 static_assert(std::is_trivially_destructible_v<Value>, "arena blocks are freed without running destructors");
+static_assert(sizeof(Value) == 64, "a value is 64 bytes (docs/performance.md, fifth step)");
+static_assert(sizeof(Value) >= sizeof(ValueList) * 2, "an object's lists take a value's room");
+
+[[noreturn]] void no_room(const Value* v, const char* what) {
+    throw std::logic_error(std::string("a ") + type_name(v) + " holds no " + what + " (at byte " + std::to_string(v->offset) + ")");
+}
+}  // namespace
+
+void Value::set_i(int64_t v) {
+    if (!holds_number()) no_room(this, "integer");
+    m.text.n.i = v;
+}
+void Value::set_f(double v) {
+    if (kind != ValueKind::floating && kind != ValueKind::complex) no_room(this, "float");
+    m.text.n.f = v;
+}
+double Value::f2() const {
+    double v = 0;
+    if (kind == ValueKind::complex) std::memcpy(&v, &m.text.s, sizeof v);
+    return v;
+}
+void Value::set_f2(double v) {
+    if (kind != ValueKind::complex) no_room(this, "imaginary part");
+    std::memcpy(&m.text.s, &v, sizeof v);  // a complex holds no text: its room holds the imaginary part
+}
+void Value::set_s(std::string_view v) {
+    if (!holds_text()) no_room(this, "text");
+    m.text.s = v;
+}
+const std::string_view* Value::s_ref() const {
+    static const std::string_view empty;
+    return holds_text() ? &m.text.s : &empty;
+}
+void Value::set_callable(Value* v) {
+    if (kind != ValueKind::object) no_room(this, "callable");
+    m.obj.callable = v;
+}
+void Value::set_args(Value* v) {
+    if (kind != ValueKind::object) no_room(this, "arguments");
+    m.obj.args = v;
 }
 
 void ValueArena::FreeBlock::operator()(void* p) const {
@@ -162,7 +204,7 @@ ValueArena::Block ValueArena::block(size_t& bytes) {
 Value* ValueArena::make(ValueKind kind, uint64_t offset) {
     if (m_free) {
         Value* v = m_free;
-        m_free = v->args;
+        m_free = v->state;
         *v = Value();
         v->kind = kind;
         v->offset = offset;
@@ -254,16 +296,50 @@ void ValueArena::append(ValueList& list, ValueSpan values) {
     release(old.first, old.second);  // after the copy: `values` may be the list's own
 }
 
-ValueList ValueArena::list_of(ValueSpan values) {
+void ValueArena::set_items(Value* v, ValueSpan values) {
     // Exactly its size: a tuple never grows (a list appended to later moves to a bigger block).
-    ValueList out;
-    if (values.empty()) return out;
+    if (!v->holds_list() || v->kind == ValueKind::dict || v->m.list.m_size)
+        throw std::logic_error("set_items on a " + type_name(v) + " that holds items already, or none");
+    if (values.empty()) return;
     if (values.size() > UINT32_MAX)
         throw Error(ErrorKind::limit, "", "a container holds more than " + std::to_string(UINT32_MAX) + " items");
+    ValueList& out = v->m.list;
     out.m_data = slots(values.size());
     std::memcpy(out.m_data, values.data, values.size() * sizeof(Value*));
     out.m_size = out.m_cap = static_cast<uint32_t>(values.size());
-    return out;
+}
+
+Value* ValueArena::copy_shell(const Value* v) {
+    Value* n = make(v->kind, v->offset);
+    n->how = v->how;
+    n->depth = v->depth;
+    if (v->holds_number()) n->m.text.n.i = v->m.text.n.i;
+    if (v->kind == ValueKind::floating || v->kind == ValueKind::complex) n->m.text = v->m.text;  // f, f2
+    if (v->holds_text() && !v->m.text.s.empty()) n->set_s(own(v->s()));
+    if (!v->s2.empty()) n->s2 = own(v->s2);
+    return n;
+}
+
+Value::Lists& ValueArena::lists_of(Value* v) {
+    Value::Lists*& lists = v->kind == ValueKind::object ? v->m.obj.lists : v->m.text.n.lists;
+    if (!lists) {
+        // A value's room holds them (an object made with APPENDS or SETITEMS is rare).
+        Value* room = make(ValueKind::none, v->offset);
+        lists = new (static_cast<void*>(room)) Value::Lists{};
+    }
+    return *lists;
+}
+
+ValueList& ValueArena::items_room(Value* v) {
+    if (v->holds_list() && v->kind != ValueKind::dict) return v->m.list;
+    if (v->kind == ValueKind::object || v->kind == ValueKind::global) return lists_of(v).items;
+    throw std::logic_error("a " + type_name(v) + " holds no items (at byte " + std::to_string(v->offset) + ")");
+}
+
+ValueList& ValueArena::entries_room(Value* v) {
+    if (v->kind == ValueKind::dict) return v->m.list;
+    if (v->kind == ValueKind::object || v->kind == ValueKind::global) return lists_of(v).entries;
+    throw std::logic_error("a " + type_name(v) + " holds no entries (at byte " + std::to_string(v->offset) + ")");
 }
 
 std::string_view ValueArena::own(std::string_view text) { return m_texts.keep(text); }
@@ -274,18 +350,17 @@ void ValueArena::take_back(Value* v, int levels) {
         case ValueKind::tuple:
         case ValueKind::list:
             if (levels > 1)
-                for (Value* item : v->items) take_back(item, levels - 1);
+                for (Value* item : v->items()) take_back(item, levels - 1);
             // Its slots too: no other list shares them (a list is copied only into a fresh one
             // while a pickle runs), and a small one is handed out again for a list of its size.
-            if (v->items.m_cap && v->items.m_cap < k_slot_classes) {
-                Value** data = v->items.m_data;
-                data[0] = reinterpret_cast<Value*>(m_free_slots[v->items.m_cap]);
-                m_free_slots[v->items.m_cap] = data;
+            if (v->m.list.m_cap && v->m.list.m_cap < k_slot_classes) {
+                Value** data = v->m.list.m_data;
+                data[0] = reinterpret_cast<Value*>(m_free_slots[v->m.list.m_cap]);
+                m_free_slots[v->m.list.m_cap] = data;
             }
-            v->items = ValueList();
             break;
         case ValueKind::dict:
-            if (!v->entries.empty() || v->state) return;  // the VM indexes a dict's keys by its address
+            if (!v->entries().empty() || v->state) return;  // the VM indexes a dict's keys by its address
             break;
         case ValueKind::integer: case ValueKind::big_integer: case ValueKind::floating: case ValueKind::complex:
         case ValueKind::string: case ValueKind::bytes:
@@ -293,16 +368,16 @@ void ValueArena::take_back(Value* v, int levels) {
             break;
         default: return;  // a hook may hold on to these (a tensor's value, a global, an object)
     }
-    v->kind = ValueKind::none;
+    *v = Value();
     v->shared = true;  // taken back once only, whatever else still names it by mistake
-    v->args = m_free;
+    v->state = m_free;
     m_free = v;
 }
 
 Value* ValueArena::integer(int64_t v, uint64_t offset) {
     if (v >= 0 && v < k_small_ints) return &m_small_ints[v];
     Value* out = make(ValueKind::integer, offset);
-    out->i = v;
+    out->set_i(v);
     return out;
 }
 

@@ -55,9 +55,9 @@ std::string big_integer_decimal(std::string_view le) {
 
 std::string global_name(const Value* v) {
     if (!v) return "";
-    if (v->kind == ValueKind::object) return global_name(v->callable);
+    if (v->kind == ValueKind::object) return global_name(v->callable());
     if (v->kind != ValueKind::global) return "";
-    std::string out(v->s);
+    std::string out(v->s());
     out += '.';
     out += v->s2;
     return out;
@@ -81,7 +81,7 @@ std::string type_name(const Value* v) {
         case ValueKind::frozenset: return "frozenset";
         case ValueKind::global: return "global";
         case ValueKind::object: {
-            std::string n = global_name(v->callable);
+            std::string n = global_name(v->callable());
             return n.empty() ? "object" : n;
         }
         case ValueKind::tensor: return "tensor";
@@ -122,19 +122,19 @@ void quote(std::string& out, std::string_view s, bool bytes) {
 
 // numpy.core.multiarray.scalar(dtype('f8'), b'...') → "numpy.float64(0.5)"; empty if not decodable.
 std::string numpy_scalar(const Value* v) {
-    std::string cls = global_name(v->callable);
+    std::string cls = global_name(v->callable());
     if (cls != "numpy.core.multiarray.scalar" && cls != "numpy._core.multiarray.scalar") return "";
-    if (!v->args || v->args->items.size() < 2) return "";
-    const Value* dt = v->args->items[0];
-    const Value* data = v->args->items[1];
-    if (dt->kind != ValueKind::object || !dt->args || dt->args->items.empty() ||
-        dt->args->items[0]->kind != ValueKind::string || data->kind != ValueKind::bytes)
+    if (!v->args() || v->args()->items().size() < 2) return "";
+    const Value* dt = v->args()->items()[0];
+    const Value* data = v->args()->items()[1];
+    if (dt->kind != ValueKind::object || !dt->args() || dt->args()->items().empty() ||
+        dt->args()->items()[0]->kind != ValueKind::string || data->kind != ValueKind::bytes)
         return "";
-    std::string_view code = dt->args->items[0]->s;
-    if (dt->state && dt->state->kind == ValueKind::tuple && dt->state->items.size() > 1 &&
-        dt->state->items[1]->kind == ValueKind::string && dt->state->items[1]->s == ">")
+    std::string_view code = dt->args()->items()[0]->s();
+    if (dt->state && dt->state->kind == ValueKind::tuple && dt->state->items().size() > 1 &&
+        dt->state->items()[1]->kind == ValueKind::string && dt->state->items()[1]->s() == ">")
         return "";  // big-endian scalars are rare enough to show raw
-    std::string_view b = data->s;
+    std::string_view b = data->s();
     auto load = [&](auto zero) {
         decltype(zero) x{};
         if (b.size() == sizeof x) std::memcpy(&x, b.data(), sizeof x);
@@ -181,13 +181,13 @@ private:
             if (p == v) return true;
         return false;
     }
-    void seq(const ValueList& items, int depth) {
+    void seq(ValueSpan items, int depth) {
         for (size_t n = 0; n < items.size() && !full(); ++n) {
             if (n) m_out += ", ";
             value(items[n], depth + 1);
         }
     }
-    void pairs(const ValueList& entries, int depth) {
+    void pairs(ValueSpan entries, int depth) {
         for (size_t n = 0; n + 1 < entries.size() && !full(); n += 2) {
             if (n) m_out += ", ";
             value(entries[n], depth + 1);
@@ -198,67 +198,67 @@ private:
     void body(const Value* v, int depth) {
         switch (v->kind) {
             case ValueKind::none: m_out += "None"; return;
-            case ValueKind::boolean: m_out += v->i ? "True" : "False"; return;
-            case ValueKind::integer: m_out += std::to_string(v->i); return;
+            case ValueKind::boolean: m_out += v->i() ? "True" : "False"; return;
+            case ValueKind::integer: m_out += std::to_string(v->i()); return;
             case ValueKind::big_integer:
-                m_out += v->s.size() > 4096 ? "<int of " + std::to_string(v->s.size()) + " bytes>"
-                                            : big_integer_decimal(v->s);
+                m_out += v->s().size() > 4096 ? "<int of " + std::to_string(v->s().size()) + " bytes>"
+                                            : big_integer_decimal(v->s());
                 return;
-            case ValueKind::floating: m_out += repr_float(v->f); return;
+            case ValueKind::floating: m_out += repr_float(v->f()); return;
             case ValueKind::complex:
-                m_out += "(" + repr_float(v->f) + (v->f2 < 0 ? "" : "+") + repr_float(v->f2) + "j)";
+                m_out += "(" + repr_float(v->f()) + (v->f2() < 0 ? "" : "+") + repr_float(v->f2()) + "j)";
                 return;
-            case ValueKind::string: quote(m_out, v->s, false); return;
-            case ValueKind::bytes: m_out += 'b'; quote(m_out, v->s, true); return;
+            case ValueKind::string: quote(m_out, v->s(), false); return;
+            case ValueKind::bytes: m_out += 'b'; quote(m_out, v->s(), true); return;
             case ValueKind::bytearray:
                 m_out += "bytearray(b";
-                quote(m_out, v->s, true);
+                quote(m_out, v->s(), true);
                 m_out += ')';
                 return;
             case ValueKind::tuple:
                 if (!v->s2.empty()) {
                     m_out += std::string(v->s2) + "([";
-                    seq(v->items, depth);
+                    seq(v->items(), depth);
                     m_out += "])";
                     return;
                 }
                 m_out += '(';
-                seq(v->items, depth);
-                if (v->items.size() == 1) m_out += ',';
+                seq(v->items(), depth);
+                if (v->items().size() == 1) m_out += ',';
                 m_out += ')';
                 return;
-            case ValueKind::list: m_out += '['; seq(v->items, depth); m_out += ']'; return;
+            case ValueKind::list: m_out += '['; seq(v->items(), depth); m_out += ']'; return;
             case ValueKind::dict:
                 if (!v->s2.empty()) m_out += v->s2 == "collections.OrderedDict" ? "OrderedDict(" : std::string(v->s2) + "(";
                 m_out += '{';
-                pairs(v->entries, depth);
+                pairs(v->entries(), depth);
                 m_out += '}';
                 if (!v->s2.empty()) m_out += ')';
                 return;
             case ValueKind::set:
             case ValueKind::frozenset:
-                if (v->items.empty()) {
+                if (v->items().empty()) {
                     m_out += v->kind == ValueKind::set ? "set()" : "frozenset()";
                     return;
                 }
                 if (v->kind == ValueKind::frozenset) m_out += "frozenset(";
                 m_out += '{';
-                seq(v->items, depth);
+                seq(v->items(), depth);
                 m_out += '}';
                 if (v->kind == ValueKind::frozenset) m_out += ')';
                 return;
             case ValueKind::global: m_out += global_name(v); return;
             case ValueKind::object: object(v, depth); return;
-            case ValueKind::tensor: m_out += "tensor(" + std::string(v->s) + ")"; return;
+            case ValueKind::tensor: m_out += "tensor(" + std::string(v->s()) + ")"; return;
             case ValueKind::storage:  // "float32, 16 elements" and the key, or a legacy view's own text
-                m_out.append("storage(").append(v->s);
+                m_out.append("storage(").append(v->s());
                 if (!v->s2.empty()) m_out.append(", key ").append(v->s2);
                 m_out += ')';
                 return;
             case ValueKind::dtype: m_out += "torch." + std::string(v->s2); return;
             case ValueKind::device:
-                m_out += "device(type='" + std::string(v->s) + "'";
-                if (v->i >= 0) m_out += ", index=" + std::to_string(v->i);
+                m_out += "device(type='" + std::string(v->s()) + "'";
+                if (v->i() >= 0) m_out += ", index=" + std::to_string(v->i());
                 m_out += ')';
                 return;
         }
@@ -269,24 +269,24 @@ private:
             m_out += np;
             return;
         }
-        m_out += global_name(v->callable).empty() ? "object" : global_name(v->callable);
+        m_out += global_name(v->callable()).empty() ? "object" : global_name(v->callable());
         m_out += '(';
         bool first = true;
-        if (v->args && (v->args->kind == ValueKind::tuple) && !v->args->items.empty()) {
-            seq(v->args->items, depth);
+        if (v->args() && (v->args()->kind == ValueKind::tuple) && !v->args()->items().empty()) {
+            seq(v->args()->items(), depth);
             first = false;
         }
         // Attribute state (a dict of str keys), shown as keyword arguments, like argparse.Namespace.
         const Value* st = v->state;
-        if (st && st->kind == ValueKind::tuple && st->items.size() == 2 &&
-            st->items[0]->kind == ValueKind::dict)
-            st = st->items[0];  // (dict, slots) state
+        if (st && st->kind == ValueKind::tuple && st->items().size() == 2 &&
+            st->items()[0]->kind == ValueKind::dict)
+            st = st->items()[0];  // (dict, slots) state
         if (st && st->kind == ValueKind::dict) {
             for (size_t n = 0; n < st->dict_size() && !full(); ++n) {
                 if (!first) m_out += ", ";
                 first = false;
                 const Value* k = st->dict_key(n);
-                if (k->kind == ValueKind::string) m_out += std::string(k->s);
+                if (k->kind == ValueKind::string) m_out += std::string(k->s());
                 else value(k, depth + 1);
                 m_out += '=';
                 value(st->dict_value(n), depth + 1);
@@ -296,15 +296,15 @@ private:
             m_out += "state=";
             value(st, depth + 1);
         }
-        if (!v->items.empty()) {
+        if (!v->items().empty()) {
             m_out += first ? "items=[" : ", items=[";
-            seq(v->items, depth);
+            seq(v->items(), depth);
             m_out += ']';
             first = false;
         }
-        if (!v->entries.empty()) {
+        if (!v->entries().empty()) {
             m_out += first ? "{" : ", {";
-            pairs(v->entries, depth);
+            pairs(v->entries(), depth);
             m_out += '}';
         }
         m_out += ')';

@@ -314,9 +314,9 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
             if (depth > 1000) return;
             auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; };
             if (v->kind == ValueKind::tensor) {
-                require_plain(rq, c.tensors()[static_cast<size_t>(v->i)], in, "a state dict written anew");
-                item_of_tensor.emplace(static_cast<size_t>(v->i), items.size());
-                items.push_back({out, static_cast<size_t>(v->i)});
+                require_plain(rq, c.tensors()[static_cast<size_t>(v->i())], in, "a state dict written anew");
+                item_of_tensor.emplace(static_cast<size_t>(v->i()), items.size());
+                items.push_back({out, static_cast<size_t>(v->i())});
                 from.push_back(in);
             } else if (v->kind == ValueKind::dict) {
                 for (size_t i = 0; i < v->dict_size(); ++i) {
@@ -327,8 +327,8 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
                 }
             } else if (v->kind == ValueKind::list || v->kind == ValueKind::tuple || v->kind == ValueKind::set ||
                        v->kind == ValueKind::frozenset) {
-                for (size_t i = 0; i < v->items.size(); ++i)
-                    walk(v->items[i], join(out, std::to_string(i)), join(in, std::to_string(i)), depth + 1);
+                for (size_t i = 0; i < v->items().size(); ++i)
+                    walk(v->items()[i], join(out, std::to_string(i)), join(in, std::to_string(i)), depth + 1);
             }
         };
     for (size_t i = 0; i < top.size(); ++i)

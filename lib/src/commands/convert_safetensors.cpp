@@ -41,7 +41,7 @@ Plan plan(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
     if (sd.kind == StateDictKind::dict)
         for (size_t i = 0; i < sd.value->dict_size(); ++i)
             if (sd.value->dict_key(i)->kind == ValueKind::string && sd.value->dict_value(i)->kind != ValueKind::tensor)
-                r.skipped.emplace_back(sd.value->dict_key(i)->s);
+                r.skipped.emplace_back(sd.value->dict_key(i)->s());
 
     // Two names are one view only when they share a storage: the views of shared storages alone go
     // into the map (a node with a copy of the shape and stride per tensor cost 100,000-tensor files a

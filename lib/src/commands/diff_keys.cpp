@@ -111,7 +111,7 @@ KeySet key_set_of(const Checkpoint& c) {
     ks.state_dict_path = sd.path;
     auto add = [&](std::string_view name, const Value* v) {
         if (v && v->kind == ValueKind::tensor) {
-            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
+            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i())];
             ks.add(name, dtype_name(t.dtype), t.shape);
         } else {
             ks.add(name);
@@ -121,7 +121,7 @@ KeySet key_set_of(const Checkpoint& c) {
         // Every string key: load_state_dict sees the non-tensor ones (`_extra_state`) too.
         ks.keys.reserve(sd.value->dict_size());
         for (size_t i = 0; i < sd.value->dict_size(); ++i)
-            if (sd.value->dict_key(i)->kind == ValueKind::string) add(sd.value->dict_key(i)->s, sd.value->dict_value(i));
+            if (sd.value->dict_key(i)->kind == ValueKind::string) add(sd.value->dict_key(i)->s(), sd.value->dict_value(i));
     } else {
         ks.keys.reserve(sd.entries.size());
         for (const auto& e : sd.entries) add(e.name, c.entries()[e.entry].value);

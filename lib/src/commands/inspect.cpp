@@ -42,14 +42,14 @@ OptimizerSummary summarise(const OptimizerRef& o) {
     s.key = o.key;
     const Value* state = o.state();
     const Value* groups = o.param_groups();
-    s.param_groups = groups->items.size();
+    s.param_groups = groups->items().size();
     s.states = state->dict_size();
-    for (const Value* g : groups->items) {
+    for (const Value* g : groups->items()) {
         if (g->kind != ValueKind::dict) continue;
-        if (const Value* p = g->get("params")) s.params += p->items.size();
+        if (const Value* p = g->get("params")) s.params += p->items().size();
     }
-    if (!groups->items.empty() && groups->items[0]->kind == ValueKind::dict) {
-        const Value* g = groups->items[0];
+    if (!groups->items().empty() && groups->items()[0]->kind == ValueKind::dict) {
+        const Value* g = groups->items()[0];
         std::string h;
         for (size_t i = 0; i < g->dict_size(); ++i) {
             std::string k = key_part(g->dict_key(i));

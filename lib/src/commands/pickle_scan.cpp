@@ -188,11 +188,11 @@ uint64_t references(const Value* root) {
     std::vector<Frame> stack{{root, 1, 0}};
     done[root] = 0;
     auto child = [](const Value* v, size_t n) -> const Value* {
-        size_t a = v->items.size(), b = v->entries.size();
-        if (n < a) return v->items[n];
-        if (n < a + b) return v->entries[n - a];
+        size_t a = v->items().size(), b = v->entries().size();
+        if (n < a) return v->items()[n];
+        if (n < a + b) return v->entries()[n - a];
         n -= a + b;
-        const Value* extra[3] = {v->args, v->state, v->callable};
+        const Value* extra[3] = {v->args(), v->state, v->callable()};
         return n < 3 ? extra[n] : reinterpret_cast<const Value*>(1);
     };
     constexpr uint64_t cap = 1ull << 62;

@@ -16,7 +16,7 @@ namespace ops = pickle_ops;
 
 namespace {
 
-std::string name_of(const Value* g) { return std::string(g->s) + "." + std::string(g->s2); }
+std::string name_of(const Value* g) { return std::string(g->s()) + "." + std::string(g->s2); }
 
 // Made while unpickling (the result of a call, an attribute), not written as a constant.
 bool computed(const Value* v) { return v->kind == ValueKind::object || v->kind == ValueKind::global; }
@@ -24,9 +24,9 @@ bool computed(const Value* v) { return v->kind == ValueKind::object || v->kind =
 std::string describe(const Value* v) {
     if (computed_placeholder(v)) return "a name computed at load time";
     if (v->kind == ValueKind::global) return "the global " + name_of(v);
-    if (v->kind == ValueKind::object && v->callable && v->callable->kind == ValueKind::global &&
-        !computed_placeholder(v->callable))
-        return "what " + name_of(v->callable) + " returned";
+    if (v->kind == ValueKind::object && v->callable() && v->callable()->kind == ValueKind::global &&
+        !computed_placeholder(v->callable()))
+        return "what " + name_of(v->callable()) + " returned";
     return "a computed value";
 }
 
@@ -55,7 +55,7 @@ bool allowed_function(const Value* g) {
         if (c == full) return false;
     for (std::string_view c : k_lowercase_classes)
         if (c == full) return false;
-    return global_is_known(GlobalPolicy::standard().judge(g->s, g->s2).cls);
+    return global_is_known(GlobalPolicy::standard().judge(g->s(), g->s2).cls);
 }
 
 // The names of functions that unpickle the bytes they are given.
@@ -157,9 +157,9 @@ void ScanHooks::mutate(Value* target, uint8_t op, uint64_t offset) {
                               "that the whole process shares (what later imports of it then get)"});
         return;
     }
-    if (op == ops::BUILD || !target->callable || !allowed_function(target->callable)) return;
-    events.push_back({"mutates_result", name_of(target->callable), offset, op,
-                      std::string(ops::name(op)) + " into what " + name_of(target->callable) +
+    if (op == ops::BUILD || !target->callable() || !allowed_function(target->callable())) return;
+    events.push_back({"mutates_result", name_of(target->callable()), offset, op,
+                      std::string(ops::name(op)) + " into what " + name_of(target->callable()) +
                           " returned: that calls its __setitem__/append, which no pickler writes "
                           "(torch's weights_only loader was exploited this way, CVE-2026-24747)"});
 }
@@ -175,41 +175,41 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     };
     const Value* in = text(0);
     if (!in) return false;
-    std::string enc = a.size() > 1 && a[1]->kind == ValueKind::string ? std::string(a[1]->s) : "";
+    std::string enc = a.size() > 1 && a[1]->kind == ValueKind::string ? std::string(a[1]->s()) : "";
     std::string out;
     bool ok = false;
     if (fn == "_codecs.encode" || fn == "codecs.encode") {
-        ok = in->kind == ValueKind::string && pickle_text::codecs_encode(in->s, enc.empty() ? "utf-8" : enc, out);
+        ok = in->kind == ValueKind::string && pickle_text::codecs_encode(in->s(), enc.empty() ? "utf-8" : enc, out);
     } else if (fn == "base64.b64decode" || fn == "base64.standard_b64decode" || fn == "base64.decodebytes" ||
                fn == "base64.decodestring" || fn == "binascii.a2b_base64") {
-        ok = decode_base64(in->s, out);
+        ok = decode_base64(in->s(), out);
     } else if (fn == "base64.urlsafe_b64decode") {
-        ok = decode_base64(in->s, out, true);
+        ok = decode_base64(in->s(), out, true);
     } else if (fn == "base64.b16decode" || fn == "binascii.unhexlify" || fn == "binascii.a2b_hex") {
-        ok = decode_hex(in->s, out);
+        ok = decode_hex(in->s(), out);
     } else if (fn == "builtins.bytes.fromhex" || fn == "builtins.bytearray.fromhex") {
-        ok = decode_hex(in->s, out, true);
+        ok = decode_hex(in->s(), out, true);
     } else if (fn == "_codecs.decode" || fn == "codecs.decode") {
-        if (enc == "hex" || enc == "hex_codec") ok = decode_hex(in->s, out);
-        else if (enc == "base64" || enc == "base64_codec" || enc == "base_64") ok = decode_base64(in->s, out);
+        if (enc == "hex" || enc == "hex_codec") ok = decode_hex(in->s(), out);
+        else if (enc == "base64" || enc == "base64_codec" || enc == "base_64") ok = decode_base64(in->s(), out);
     } else if (fn == "zlib.decompress" && in->kind != ValueKind::string && m_decode_budget) {
         uLongf n = std::min<uint64_t>(m_decode_budget, 64u << 20);
         std::unique_ptr<Bytef[]> buf(new Bytef[n]);
-        ok = uncompress(buf.get(), &n, reinterpret_cast<const Bytef*>(in->s.data()), in->s.size()) == Z_OK;
+        ok = uncompress(buf.get(), &n, reinterpret_cast<const Bytef*>(in->s().data()), in->s().size()) == Z_OK;
         if (ok) out.assign(reinterpret_cast<const char*>(buf.get()), n);
     }
     if (!ok || out.size() > m_decode_budget) return false;
     m_decode_budget -= out.size();
     made->kind = ValueKind::bytes;
-    made->s = m_arena.own(out);
-    if (ops::proto_start({reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}))
-        nested.push_back({{reinterpret_cast<const uint8_t*>(made->s.data()), made->s.size()}, made->offset,
+    made->set_s(m_arena.own(out));
+    if (ops::proto_start({reinterpret_cast<const uint8_t*>(made->s().data()), made->s().size()}))
+        nested.push_back({{reinterpret_cast<const uint8_t*>(made->s().data()), made->s().size()}, made->offset,
                           "bytes decoded by " + fn, false});
     return true;
 }
 
 Value* ScanHooks::reduce(Value* made) {
-    Value* c = made->callable;
+    Value* c = made->callable();
     methods.reduce(made);
     if (!c || computed_placeholder(c)) return nullptr;  // a computed name: reported where it was made
     if (c->kind != ValueKind::global) {
@@ -224,16 +224,16 @@ Value* ScanHooks::reduce(Value* made) {
                           std::string(ops::name(opcode_at(made->offset))) + " of the function " + fn +
                               ": unpicklers make objects of classes only (CPython refuses this; torch's "
                               "weights_only loader did not, CVE-2026-24747)"});
-    ValueSpan args = made->args && made->args->kind == ValueKind::tuple ? ValueSpan(made->args->items) : ValueSpan();
+    ValueSpan args = made->args() && made->args()->kind == ValueKind::tuple ? ValueSpan(made->args()->items()) : ValueSpan();
     if (decode(made, fn, args)) return made;
     if (loader(fn) && !args.empty()) {
         const Value* a = args[0];
         // torch.load(io.BytesIO(b)) hands its bytes over one call deeper.
-        if (a->kind == ValueKind::object && a->callable && a->callable->kind == ValueKind::global &&
-            a->callable->s2 == "BytesIO" && a->args && !a->args->items.empty())
-            a = a->args->items[0];
+        if (a->kind == ValueKind::object && a->callable() && a->callable()->kind == ValueKind::global &&
+            a->callable()->s2 == "BytesIO" && a->args() && !a->args()->items().empty())
+            a = a->args()->items()[0];
         if (a->kind == ValueKind::bytes || a->kind == ValueKind::bytearray)
-            nested.push_back({{reinterpret_cast<const uint8_t*>(a->s.data()), a->s.size()}, a->offset,
+            nested.push_back({{reinterpret_cast<const uint8_t*>(a->s().data()), a->s().size()}, a->offset,
                               "what " + fn + " is handed", true});
     }
     return nullptr;

@@ -71,7 +71,7 @@ private:
 };
 
 // Is `v` a global the hooks made up for a name computed at load time?
-inline bool computed_placeholder(const Value* v) { return v && v->kind == ValueKind::global && v->s.empty(); }
+inline bool computed_placeholder(const Value* v) { return v && v->kind == ValueKind::global && v->s().empty(); }
 
 // Text decoders the scanner applies on its own: strict hex, and base64 as Python's b64decode reads it
 // (characters outside the alphabet skipped; `url`: - and _ for + and /). false for text that does not

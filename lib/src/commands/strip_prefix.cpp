@@ -44,7 +44,7 @@ std::vector<std::string_view> string_keys(const Value* d) {
     if (!d) return keys;
     keys.reserve(d->dict_size());
     for (size_t i = 0; i < d->dict_size(); ++i)
-        if (d->dict_key(i)->kind == ValueKind::string) keys.push_back(d->dict_key(i)->s);
+        if (d->dict_key(i)->kind == ValueKind::string) keys.push_back(d->dict_key(i)->s());
     return keys;
 }
 
@@ -244,7 +244,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
         if (!map) continue;
         const Value* key = ks.dict->dict_key(ks.entry);
         if (key->kind != ValueKind::string) continue;
-        const KeyRename* it = map->find(key->s);
+        const KeyRename* it = map->find(key->s());
         if (!it) continue;
         uint8_t op = pk.data[ks.pos];
         uint64_t len = traced_opcode_length(pk, ks.pos);
@@ -254,7 +254,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
             char hex[8];
             std::snprintf(hex, sizeof hex, "0x%02x", op);
             throw Error(ErrorKind::unsupported, c.path(),
-                        c.pickle_record() + ": key " + in_quotes(key->s) + " is pushed by opcode " + hex +
+                        c.pickle_record() + ": key " + in_quotes(key->s()) + " is pushed by opcode " + hex +
                             ", which strip-prefix cannot rewrite", ks.pos);
         }
         edits.push_back({ks.pos, len, {}, &it->to});
@@ -268,7 +268,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     auto has = [](const auto& set, const auto& x) { return std::binary_search(set.begin(), set.end(), x); };
     for (const auto& g : trace->string_gets)
         if (has(rewritten, g.value) && !has(sites, g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, &g.value->s});
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, g.value->s_ref()});
     for (size_t i = 0; i < plan.renamed.size(); ++i)
         if (!found[i])
             throw Error(ErrorKind::unsupported, c.path(),

@@ -333,7 +333,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
         for (size_t k = 0; k < fields->dict_size(); ++k) {
             const Value* v = fields->dict_value(k);
             if (v->kind != ValueKind::tensor) continue;
-            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i)];
+            const TensorInfo& t = c.tensors()[static_cast<size_t>(v->i())];
             if (!t.shape.empty() && t.numel > 1) return &t.shape;  // step counters and other scalars are not
         }
         return nullptr;
@@ -344,12 +344,12 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
         if (o.key.empty() || sd.path == o.key || text::starts_with(sd.path, o.key + ".")) continue;
         std::vector<std::vector<int64_t>> groups;  // each group's parameter ids, in its order
         size_t count = 0;
-        for (const Value* g : o.param_groups()->items) {
+        for (const Value* g : o.param_groups()->items()) {
             const Value* p = g->kind == ValueKind::dict ? g->get("params") : nullptr;
             if (!p) continue;
             groups.emplace_back();
-            for (const Value* id : p->items)
-                if (id->kind == ValueKind::integer) groups.back().push_back(id->i), ++count;
+            for (const Value* id : p->items())
+                if (id->kind == ValueKind::integer) groups.back().push_back(id->i()), ++count;
         }
         std::string where = "optimizer '" + o.key + "'";
         const Value* state = o.state();
@@ -359,7 +359,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
             std::unordered_map<std::string, const TensorInfo*> by_name(params.begin(), params.end());
             for (size_t i = 0; i < state->dict_size(); ++i) {
                 if (state->dict_key(i)->kind != ValueKind::string) continue;
-                auto p = by_name.find(std::string(state->dict_key(i)->s));
+                auto p = by_name.find(std::string(state->dict_key(i)->s()));
                 const Dims* shape = state_shape(state->dict_value(i));
                 if (p != by_name.end() && shape && *shape != p->second->shape)
                     out.push_back({"optimizer_mismatch", o.key,
@@ -379,12 +379,12 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
         for (const auto& g : groups) listed_ids.insert(g.begin(), g.end());
         for (size_t i = 0; i < state->dict_size(); ++i) {
             const Value* id = state->dict_key(i);
-            bool listed = id->kind == ValueKind::integer && listed_ids.count(id->i);
+            bool listed = id->kind == ValueKind::integer && listed_ids.count(id->i());
             if (!listed) {
                 out.push_back({"optimizer_mismatch", o.key, where + " holds state for parameter " + repr(id) + ", which no param group lists"});
                 continue;
             }
-            state_of.emplace(id->i, state->dict_value(i));
+            state_of.emplace(id->i(), state->dict_value(i));
         }
         if (groups.size() == 1 && count == params.size()) {
             // One group over all of them: torch numbers the parameters in model order.

@@ -42,7 +42,7 @@ std::string ints_text(const std::vector<int64_t>& v) { return dist::shape_text(v
 std::optional<DType> properties_dtype(const Value* props) {
     if (!props) return std::nullopt;
     const Value* d = nullptr;
-    if (props->state && props->state->kind == ValueKind::tuple && !props->state->items.empty()) d = props->state->items[0];
+    if (props->state && props->state->kind == ValueKind::tuple && !props->state->items().empty()) d = props->state->items()[0];
     else d = field(props, "dtype");
     if (d && d->kind == ValueKind::dtype) return dtype_from_name(d->s2);
     return std::nullopt;
@@ -130,11 +130,11 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
     // The nesting: planner_data's path per key, str parts dicts and int parts lists.
     Value* root = view.dict();
     std::map<std::pair<const Value*, std::string>, Value*> child;  // container, key → its value
-    auto key_text = [](const Value* k) { return k->kind == ValueKind::integer ? "#" + std::to_string(k->i) : std::string(k->s); };
+    auto key_text = [](const Value* k) { return k->kind == ValueKind::integer ? "#" + std::to_string(k->i()) : std::string(k->s()); };
     auto place = [&](const std::string& fqn, Value* value) {
         const Value* path = planner && planner->kind == ValueKind::dict ? planner->get(fqn) : nullptr;
         std::vector<const Value*> parts;
-        if (path && (path->kind == ValueKind::tuple || path->kind == ValueKind::list)) parts.assign(path->items.begin(), path->items.end());
+        if (path && (path->kind == ValueKind::tuple || path->kind == ValueKind::list)) parts.assign(path->items().begin(), path->items().end());
         for (const Value* p : parts)
             if (p->kind != ValueKind::string && p->kind != ValueKind::integer) throw bad("planner_data's path of " + fqn + " holds " + repr(p, 40));
         if (parts.empty()) parts.push_back(view.str(fqn));
@@ -143,11 +143,11 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
             auto [it, fresh] = child.emplace(std::make_pair(container, key_text(key)), v);
             if (!fresh) return it->second;
             if (container->kind == ValueKind::dict) {
-                view.set(container, key->kind == ValueKind::string ? view.str(key->s) : view.integer(key->i), v);
+                view.set(container, key->kind == ValueKind::string ? view.str(key->s()) : view.integer(key->i()), v);
             } else {
-                if (key->kind != ValueKind::integer || key->i < 0 || key->i > 1'000'000) throw bad("planner_data's path of " + fqn + " indexes a list with " + repr(key, 40));
-                while (container->items.size() <= static_cast<size_t>(key->i)) c->arena.append(container->items, c->arena.none());
-                container->items.set(static_cast<size_t>(key->i), v);
+                if (key->kind != ValueKind::integer || key->i() < 0 || key->i() > 1'000'000) throw bad("planner_data's path of " + fqn + " indexes a list with " + repr(key, 40));
+                while (container->items().size() <= static_cast<size_t>(key->i())) c->arena.append_item(container, c->arena.none());
+                container->set_item(static_cast<size_t>(key->i()), v);
             }
             return v;
         };
@@ -194,8 +194,8 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
         for (size_t d = S.size(); d-- > 1;) stride[d - 1] = stride[d] * static_cast<uint64_t>(S[d]);
         std::vector<Landing> land;
         std::vector<dist::Run> chunk_runs;
-        for (size_t k = 0; k < chunks->items.size(); ++k) {
-            const Value* ch = chunks->items[k];
+        for (size_t k = 0; k < chunks->items().size(); ++k) {
+            const Value* ch = chunks->items()[k];
             auto O = dist::ints_of(field(ch, "offsets")), Z = dist::ints_of(field(ch, "sizes"));
             if (!O || !Z || O->size() != S.size() || Z->size() != S.size()) throw bad(fqn + ": chunk " + std::to_string(k) + " has no offsets and sizes of its rank");
             for (size_t d = 0; d < S.size(); ++d)
@@ -209,12 +209,12 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
             auto part = view.open_part(file_of(st.file, fqn), st.file, st.offset, st.length);
             const Value* t = part->root();
             if (!t || t->kind != ValueKind::tensor) throw Error(ErrorKind::corrupt, dir + "/" + st.file, "holds no tensor at byte " + std::to_string(st.offset) + " (chunk of " + fqn + ")");
-            const TensorInfo& ti = part->tensors()[t->i];
+            const TensorInfo& ti = part->tensors()[t->i()];
             if (ti.dtype != *dtype || ti.shape != *Z)
                 throw Error(ErrorKind::corrupt, dir + "/" + st.file,
                             "chunk of " + fqn + " at byte " + std::to_string(st.offset) + " is " + std::string(dtype_name(ti.dtype)) + " " +
                                 ints_text(ti.shape) + ", .metadata says " + std::string(dtype_name(*dtype)) + " " + ints_text(*Z));
-            chunk_runs.push_back(view.run_of(*part, t->i, fqn + " chunk " + std::to_string(k)));
+            chunk_runs.push_back(view.run_of(*part, t->i(), fqn + " chunk " + std::to_string(k)));
             view.forget(*part);
             if (cn == 0) continue;
             // The chunk's runs in the full tensor. Past the last dimension it spans only in part (d0 - 1)

@@ -63,7 +63,7 @@ Shapes param_shapes(const Value* v, const std::string& file) {
     };
     if (v && v->kind == ValueKind::dict) group(v);
     else if (v && v->kind == ValueKind::list)
-        for (const Value* d : v->items) {
+        for (const Value* d : v->items()) {
             if (d->kind != ValueKind::dict) throw Error(ErrorKind::corrupt, file, "param_shapes is not a list of dicts");
             group(d);
         }
@@ -124,9 +124,9 @@ void take_state(DistView& view, const Checkpoint& part, const Value* state, size
         const Value* v = state->dict_value(i);
         if (!key) continue;
         std::string what = file + ": optimizer state " + std::to_string(g) + "." + std::string(*key);
-        if (v->kind == ValueKind::tensor && part.tensors()[v->i].shape.size() == 1 && part.tensors()[v->i].numel >= length &&
+        if (v->kind == ValueKind::tensor && part.tensors()[v->i()].shape.size() == 1 && part.tensors()[v->i()].numel >= length &&
             length > 0) {
-            dist::Run r = view.run_of(part, v->i, what);
+            dist::Run r = view.run_of(part, v->i(), what);
             r.count = length;
             dist::Flat* f = gs.find(std::string(*key));
             if (!f) {
@@ -134,8 +134,8 @@ void take_state(DistView& view, const Checkpoint& part, const Value* state, size
                 f = &gs.flat.back().second;
             }
             f->add(r);
-        } else if (rank0 && v->kind == ValueKind::tensor && part.tensors()[v->i].numel == 1) {
-            gs.scalar_tensors.push_back({std::string(*key), view.run_of(part, v->i, what)});
+        } else if (rank0 && v->kind == ValueKind::tensor && part.tensors()[v->i()].numel == 1) {
+            gs.scalar_tensors.push_back({std::string(*key), view.run_of(part, v->i(), what)});
         } else if (rank0 && v->kind != ValueKind::tensor) {
             gs.scalars.push_back({std::string(*key), view.copy(part, v)});
         }
@@ -182,12 +182,12 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     std::string module_dtype;
     std::set<std::string> buffer_names;
     if (const Value* b = field(root0, "buffer_names"); b && (b->kind == ValueKind::list || b->kind == ValueKind::tuple))
-        for (const Value* x : b->items)
+        for (const Value* x : b->items())
             if (auto n = str_of(x)) buffer_names.insert(std::string(*n));
     for (size_t i = 0; i < module->dict_size() && module_dtype.empty(); ++i) {
         auto k = str_of(module->dict_key(i));
         if (module->dict_value(i)->kind == ValueKind::tensor && !(k && buffer_names.count(std::string(*k))))
-            module_dtype = std::string(dtype_name(m0->tensors()[module->dict_value(i)->i].dtype));
+            module_dtype = std::string(dtype_name(m0->tensors()[module->dict_value(i)->i()].dtype));
     }
 
     auto keep_entries = [&]() {  // the rest of rank 0's module states: step counts, scheduler, client state
@@ -247,7 +247,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         else if (s != stage)
             throw Error(ErrorKind::corrupt, part->path(), "is ZeRO stage " + std::to_string(s) + ", rank 0's is stage " + std::to_string(stage));
         if (const Value* pc = field(osd, "partition_count")) {
-            std::vector<int64_t> counts = pc->kind == ValueKind::integer ? std::vector<int64_t>{pc->i} : dist::ints_of(pc).value_or(std::vector<int64_t>{});
+            std::vector<int64_t> counts = pc->kind == ValueKind::integer ? std::vector<int64_t>{pc->i()} : dist::ints_of(pc).value_or(std::vector<int64_t>{});
             for (int64_t n : counts)
                 if (n != ws)
                     throw Error(ErrorKind::corrupt, part->path(),
@@ -258,29 +258,29 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
             if (!groups || groups->kind != ValueKind::list)
                 throw Error(ErrorKind::corrupt, part->path(), "has no single_partition_of_fp32_groups (the fp32 master weights)");
             if (r == 0) {
-                masters.resize(groups->items.size());
-                states.resize(groups->items.size());
-            } else if (groups->items.size() != masters.size())
+                masters.resize(groups->items().size());
+                states.resize(groups->items().size());
+            } else if (groups->items().size() != masters.size())
                 throw Error(ErrorKind::corrupt, part->path(),
-                            "holds " + std::to_string(groups->items.size()) + " parameter groups, rank 0's holds " + std::to_string(masters.size()));
+                            "holds " + std::to_string(groups->items().size()) + " parameter groups, rank 0's holds " + std::to_string(masters.size()));
             std::vector<int64_t> pads = dist::ints_of(field(osd, "group_paddings")).value_or(std::vector<int64_t>{});
             part_len.emplace_back();
             part_pad.push_back(pads);
             const Value* base = field(osd, "base_optimizer_state");
             const Value* base_state = base && base->kind == ValueKind::dict ? field(base, "state") : nullptr;
             if (r == 0 && base && base->kind == ValueKind::dict) param_groups = view.copy(*part, field(base, "param_groups"));
-            for (size_t g = 0; g < groups->items.size(); ++g) {
-                const Value* t = groups->items[g];
+            for (size_t g = 0; g < groups->items().size(); ++g) {
+                const Value* t = groups->items()[g];
                 std::string what = "single_partition_of_fp32_groups[" + std::to_string(g) + "]";
                 if (t->kind != ValueKind::tensor) throw Error(ErrorKind::corrupt, part->path(), what + " is not a tensor");
-                dist::Run run = view.run_of(*part, t->i, what);
+                dist::Run run = view.run_of(*part, t->i(), what);
                 masters[g].add(run);
                 part_len.back().push_back(run.count);
                 const Value* gstate = nullptr;
                 if (base_state && base_state->kind == ValueKind::dict)
                     for (size_t k = 0; k < base_state->dict_size(); ++k)
                         if (int_of(base_state->dict_key(k)) == static_cast<int64_t>(g)) gstate = base_state->dict_value(k);
-                if (base && base->kind == ValueKind::list && g < base->items.size()) gstate = base->items[g];  // elastic: lean per group
+                if (base && base->kind == ValueKind::list && g < base->items().size()) gstate = base->items()[g];  // elastic: lean per group
                 take_state(view, *part, gstate, g, run.count, r == 0, states[g], name);
             }
         } else if (stage == 3) {
@@ -293,13 +293,13 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
             const Value* inner_state = field(inner, "state");
             if (r == 0) {
                 param_groups = view.copy(*part, field(inner, "param_groups"));
-                state_groups = groups->items.size();
+                state_groups = groups->items().size();
             }
-            for (size_t g = 0; g < groups->items.size(); ++g) {
-                const Value* t = groups->items[g];
+            for (size_t g = 0; g < groups->items().size(); ++g) {
+                const Value* t = groups->items()[g];
                 std::string what = "fp32_flat_groups[" + std::to_string(g) + "]";
                 if (t->kind != ValueKind::tensor) throw Error(ErrorKind::corrupt, part->path(), what + " is not a tensor");
-                dist::Run run = view.run_of(*part, t->i, what);
+                dist::Run run = view.run_of(*part, t->i(), what);
                 masters.back().add(run);
                 const Value* gstate = nullptr;
                 if (inner_state && inner_state->kind == ValueKind::dict)
@@ -360,7 +360,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
                 const Value* t = frags && frags->kind == ValueKind::dict ? frags->get(frozen[p].first) : nullptr;
                 if (!t || t->kind != ValueKind::tensor)
                     throw Error(ErrorKind::corrupt, mr->path(), "has no part of frozen parameter " + frozen[p].first);
-                frozen_parts[p].add(view.run_of(*mr, t->i, "frozen_param_fragments[" + frozen[p].first + "]"));
+                frozen_parts[p].add(view.run_of(*mr, t->i(), "frozen_param_fragments[" + frozen[p].first + "]"));
             }
         }
         if (files.model_ranks.rbegin()->first >= ws)
@@ -384,7 +384,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
             for (size_t i = 0; i < module->dict_size(); ++i) {
                 auto k = str_of(module->dict_key(i));
                 if (k && !known.count(std::string(*k)) && module->dict_value(i)->kind == ValueKind::tensor)
-                    frozen.emplace_back(std::string(*k), m0->tensors()[module->dict_value(i)->i].shape);
+                    frozen.emplace_back(std::string(*k), m0->tensors()[module->dict_value(i)->i()].shape);
             }
             from_module = !frozen.empty();
         }
@@ -392,8 +392,8 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
             const Value* t = from_module ? module->get(name) : fragments->get(name);
             if (!t || t->kind != ValueKind::tensor)
                 throw Error(ErrorKind::corrupt, m0->path(), "has no tensor for frozen parameter " + name);
-            if (m0->tensors()[t->i].shape != shape)
-                throw Error(ErrorKind::corrupt, m0->path(), "frozen parameter " + name + " is " + dist::shape_text(m0->tensors()[t->i].shape) +
+            if (m0->tensors()[t->i()].shape != shape)
+                throw Error(ErrorKind::corrupt, m0->path(), "frozen parameter " + name + " is " + dist::shape_text(m0->tensors()[t->i()].shape) +
                                                                  ", frozen_param_shapes says " + dist::shape_text(shape));
             sd.set(name, view.copy(*m0, t));
         }
@@ -530,15 +530,15 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         Value* groups = view.list();
         size_t next = 0;
         for (size_t g = 0; g < shapes.size(); ++g) {
-            const Value* src = param_groups && param_groups->kind == ValueKind::list && g < param_groups->items.size() ? param_groups->items[g] : nullptr;
+            const Value* src = param_groups && param_groups->kind == ValueKind::list && g < param_groups->items().size() ? param_groups->items()[g] : nullptr;
             Value* grp = view.dict();
             if (src && src->kind == ValueKind::dict)
                 for (size_t i = 0; i < src->dict_size(); ++i)
                     if (str_of(src->dict_key(i)) != std::optional<std::string_view>("params")) view.set(grp, src->dict_key(i), src->dict_value(i));
             Value* ids = view.list();
-            for (size_t k = 0; k < shapes[g].size(); ++k) c->arena.append(ids->items, view.integer(static_cast<int64_t>(next++)));
+            for (size_t k = 0; k < shapes[g].size(); ++k) c->arena.append_item(ids, view.integer(static_cast<int64_t>(next++)));
             view.set(grp, "params", ids);
-            c->arena.append(groups->items, grp);
+            c->arena.append_item(groups, grp);
         }
         view.set(opt, "param_groups", groups);
         view.set(root, "optimizer", opt);

@@ -45,45 +45,45 @@ const Value* field(const Value* v, std::string_view name) {
     if (v->kind != ValueKind::object || !v->state) return nullptr;
     const Value* s = v->state;
     if (s->kind == ValueKind::dict) return s->get(name);
-    if (s->kind == ValueKind::tuple && s->items.size() == 2)  // (state, slotstate)
-        for (const Value* half : s->items)
+    if (s->kind == ValueKind::tuple && s->items().size() == 2)  // (state, slotstate)
+        for (const Value* half : s->items())
             if (half->kind == ValueKind::dict)
                 if (const Value* f = half->get(name)) return f;
     return nullptr;
 }
 
 std::optional<int64_t> int_of(const Value* v) {
-    if (v && (v->kind == ValueKind::integer || v->kind == ValueKind::boolean)) return v->i;
+    if (v && (v->kind == ValueKind::integer || v->kind == ValueKind::boolean)) return v->i();
     return std::nullopt;
 }
 
 std::optional<std::string_view> str_of(const Value* v) {
-    if (v && v->kind == ValueKind::string) return v->s;
+    if (v && v->kind == ValueKind::string) return v->s();
     return std::nullopt;
 }
 
 std::optional<std::vector<int64_t>> ints_of(const Value* v) {
     if (!v || (v->kind != ValueKind::tuple && v->kind != ValueKind::list)) return std::nullopt;
     std::vector<int64_t> out;
-    for (const Value* x : v->items) {
+    for (const Value* x : v->items()) {
         if (x->kind != ValueKind::integer) return std::nullopt;
-        out.push_back(x->i);
+        out.push_back(x->i());
     }
     return out;
 }
 
 std::string class_of(const Value* v) {
-    if (!v || v->kind != ValueKind::object || !v->callable || v->callable->kind != ValueKind::global) return "";
-    return std::string(v->callable->s) + "." + std::string(v->callable->s2);
+    if (!v || v->kind != ValueKind::object || !v->callable() || v->callable()->kind != ValueKind::global) return "";
+    return std::string(v->callable()->s()) + "." + std::string(v->callable()->s2);
 }
 
 std::string enum_member(const Value* v) {
-    if (!v || v->kind != ValueKind::object || !v->args || v->args->kind != ValueKind::tuple) return "";
-    const ValueList& a = v->args->items;
-    if (v->callable && v->callable->kind == ValueKind::global && v->callable->s2 == "getattr" && a.size() == 2 &&
+    if (!v || v->kind != ValueKind::object || !v->args() || v->args()->kind != ValueKind::tuple) return "";
+    ValueSpan a = v->args()->items();
+    if (v->callable() && v->callable()->kind == ValueKind::global && v->callable()->s2 == "getattr" && a.size() == 2 &&
         a[1]->kind == ValueKind::string)
-        return std::string(a[1]->s);  // getattr(EnumClass, 'NAME')
-    if (a.size() == 1 && a[0]->kind == ValueKind::integer) return std::to_string(a[0]->i);  // EnumClass(value)
+        return std::string(a[1]->s());  // getattr(EnumClass, 'NAME')
+    if (a.size() == 1 && a[0]->kind == ValueKind::integer) return std::to_string(a[0]->i());  // EnumClass(value)
     return "";
 }
 
@@ -228,14 +228,14 @@ size_t DistView::add_tensor(const std::string& name, DType dtype, const std::vec
 
 Value* DistView::tensor(size_t t) {
     Value* v = c.arena.make(ValueKind::tensor, 0);
-    v->i = static_cast<int64_t>(t);
-    v->s = c.arena.own(dtype_name(c.tensors[t].dtype));
+    v->set_i(static_cast<int64_t>(t));
+    v->set_s(c.arena.own(dtype_name(c.tensors[t].dtype)));
     return v;
 }
 
 Value* DistView::str(std::string_view text) {
     Value* v = c.arena.make(ValueKind::string, 0);
-    v->s = c.arena.own(text);
+    v->set_s(c.arena.own(text));
     return v;
 }
 
@@ -250,8 +250,7 @@ Value* DistView::dict(bool ordered) {
 Value* DistView::list() { return c.arena.make(ValueKind::list, 0); }
 
 void DistView::set(Value* d, Value* key, Value* v) {
-    c.arena.append(d->entries, key);
-    c.arena.append(d->entries, v);
+    c.arena.append_entry(d, key, v);
 }
 
 void DistView::set(Value* d, std::string_view key, Value* v) { set(d, str(key), v); }
@@ -264,20 +263,13 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
     if (depth > 2000) throw Error(ErrorKind::limit, part.path(), "value tree nested deeper than 2000 levels");
     Memo& memo = m_memo[&part];
     if (auto done = memo.values.find(v); done != memo.values.end()) return done->second;
-    Value* n = c.arena.make(v->kind, v->offset);
+    Value* n = c.arena.copy_shell(v);
     memo.values.emplace(v, n);
-    n->how = v->how;
-    n->depth = v->depth;
-    n->i = v->i;
-    if (v->kind == ValueKind::floating || v->kind == ValueKind::complex) n->f = v->f;
-    n->f2 = v->f2;
-    n->s = v->s.empty() ? std::string_view() : c.arena.own(v->s);
-    n->s2 = v->s2.empty() ? std::string_view() : c.arena.own(v->s2);
-    if (v->kind == ValueKind::tensor && !part.tensors()[v->i].plain())  // sparse, nested …: parts to renumber, not merged here
-        throw Error(ErrorKind::unsupported, part.path(), "a " + tensor_shape_text(part, part.tensors()[v->i]) +
+    if (v->kind == ValueKind::tensor && !part.tensors()[v->i()].plain())  // sparse, nested …: parts to renumber, not merged here
+        throw Error(ErrorKind::unsupported, part.path(), "a " + tensor_shape_text(part, part.tensors()[v->i()]) +
                                                               " tensor in a sharded checkpoint's file is not read");
     if (v->kind == ValueKind::tensor || v->kind == ValueKind::storage) {
-        size_t ps = v->kind == ValueKind::tensor ? part.tensors()[v->i].storage : static_cast<size_t>(v->i);
+        size_t ps = v->kind == ValueKind::tensor ? part.tensors()[v->i()].storage : static_cast<size_t>(v->i());
         const StorageInfo& st = part.storages()[ps];
         DType to = cast_to != DType::untyped && st.dtype != DType::untyped ? cast_to : st.dtype;
         auto [it, fresh] = memo.storages.emplace(static_cast<uint64_t>(ps) * 64 + static_cast<uint64_t>(to), c.storages.size());
@@ -304,22 +296,28 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
             c.storages.push_back(std::move(ns));
         }
         if (v->kind == ValueKind::storage) {
-            n->i = static_cast<int64_t>(it->second);
+            n->set_i(static_cast<int64_t>(it->second));
             return n;
         }
-        TensorInfo t = part.tensors()[v->i];
+        TensorInfo t = part.tensors()[v->i()];
         t.storage = it->second;
         t.subclass = c.keep(t.subclass);  // the part's text: this checkpoint may outlive it
         if (to != st.dtype) t.dtype = to;
-        n->i = static_cast<int64_t>(c.tensors.size());
-        n->s = c.arena.own(dtype_name(t.dtype));
+        n->set_i(static_cast<int64_t>(c.tensors.size()));
+        n->set_s(c.arena.own(dtype_name(t.dtype)));
         c.tensors.push_back(std::move(t));
         return n;
     }
-    for (const Value* x : v->items) c.arena.append(n->items, copy_value(part, x, cast_to, depth + 1));
-    for (const Value* x : v->entries) c.arena.append(n->entries, copy_value(part, x, cast_to, depth + 1));
-    n->callable = copy_value(part, v->callable, cast_to, depth + 1);
-    n->args = copy_value(part, v->args, cast_to, depth + 1);
+    for (Value* x : v->items()) c.arena.append_item(n, copy_value(part, x, cast_to, depth + 1));
+    ValueSpan kv = v->entries();
+    for (size_t k = 0; k + 1 < kv.size(); k += 2) {
+        Value* key = copy_value(part, kv[k], cast_to, depth + 1);
+        c.arena.append_entry(n, key, copy_value(part, kv[k + 1], cast_to, depth + 1));
+    }
+    if (v->kind == ValueKind::object) {
+        n->set_callable(copy_value(part, v->callable(), cast_to, depth + 1));
+        n->set_args(copy_value(part, v->args(), cast_to, depth + 1));
+    }
     n->state = copy_value(part, v->state, cast_to, depth + 1);
     return n;
 }

@@ -59,13 +59,12 @@ void read_export(Checkpoint::Contents& c, const OpenOptions& options) {
             seen.insert(name, names.size(), name_at);
             names.push_back(name);
             Value* key = c.arena.make(ValueKind::string, 0);
-            key->s = c.arena.own(sd.name);
+            key->set_s(c.arena.own(sd.name));
             Value* tv = c.arena.make(ValueKind::tensor, entry.value->offset);
-            tv->i = static_cast<int64_t>(base + *entry.tensor);
-            tv->s = entry.value->s.empty() ? std::string_view() : c.arena.own(entry.value->s);
+            tv->set_i(static_cast<int64_t>(base + *entry.tensor));
+            tv->set_s(entry.value->s().empty() ? std::string_view() : c.arena.own(entry.value->s()));
             tv->state = entry.value->state;  // the part stays open: its values live as long as this
-            c.arena.append(root->entries, key);
-            c.arena.append(root->entries, tv);
+            c.arena.append_entry(root, key, tv);
         }
     }
     c.root = root;

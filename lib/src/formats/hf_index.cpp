@@ -163,12 +163,11 @@ std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const Op
                     c->problems.push_back({"index_wrong_shard", std::string(name), "tensor " + std::string(name) + " is in " + file + ", the index says " + map[row].second});
             }
             Value* key = c->arena.make(ValueKind::string, 0);
-            key->s = c->arena.own(name);
+            key->set_s(c->arena.own(name));
             Value* tv = c->arena.make(ValueKind::tensor, 0);
-            tv->i = static_cast<int64_t>(tensor_base + *entry.tensor);
-            tv->s = c->arena.own(std::string(dtype_name(c->tensors[tensor_base + *entry.tensor].dtype)));
-            c->arena.append(root->entries, key);
-            c->arena.append(root->entries, tv);
+            tv->set_i(static_cast<int64_t>(tensor_base + *entry.tensor));
+            tv->set_s(c->arena.own(std::string(dtype_name(c->tensors[tensor_base + *entry.tensor].dtype))));
+            c->arena.append_entry(root, key, tv);
             total += c->tensor_bytes(c->tensors[tensor_base + *entry.tensor]);
         }
         c->shards.back()->contents().keep_records_only();  // its tables are joined into c's now

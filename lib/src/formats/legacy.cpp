@@ -55,10 +55,10 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
         return r.root;
     };
     const Value* magic = next("magic number", plain);
-    if (magic->kind != ValueKind::big_integer || magic->s != std::string_view(reinterpret_cast<const char*>(k_magic), sizeof k_magic))
+    if (magic->kind != ValueKind::big_integer || magic->s() != std::string_view(reinterpret_cast<const char*>(k_magic), sizeof k_magic))
         corrupt("invalid magic number", 0);
     const Value* version = next("protocol version", plain);
-    if (version->kind != ValueKind::integer || version->i != k_protocol_version)
+    if (version->kind != ValueKind::integer || version->i() != k_protocol_version)
         throw Error(ErrorKind::unsupported, "", "legacy checkpoint of protocol version " + repr(version, 40) + " (only 1001 is read)");
     c.version = "1001";
     const Value* info = next("sys_info", plain);
@@ -66,16 +66,16 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
     bool little = true;
     if (const Value* le = info->get("little_endian")) {
         if (le->kind != ValueKind::boolean) corrupt("sys_info little_endian is " + repr(le, 40), at);
-        little = le->i != 0;
+        little = le->i() != 0;
     }
     c.byteorder = little ? "little" : "big";
     c.byteorder_recorded = true;
     if (const Value* ts = info->get("type_sizes"); ts && ts->kind == ValueKind::dict)
         for (size_t i = 0; i < ts->dict_size(); ++i) {
             const Value *k = ts->dict_key(i), *v = ts->dict_value(i);
-            if (k->kind != ValueKind::string || v->kind != ValueKind::integer || v->i < 1 || v->i > 16)
+            if (k->kind != ValueKind::string || v->kind != ValueKind::integer || v->i() < 1 || v->i() > 16)
                 corrupt("sys_info type_sizes holds " + repr(k, 40) + ": " + repr(v, 40), at);
-            c.type_sizes.push_back({std::string(k->s), static_cast<int>(v->i)});
+            c.type_sizes.push_back({std::string(k->s()), static_cast<int>(v->i())});
         }
     // Storage element sizes do not follow type_sizes (LongStorage is int64 on every platform torch
     // runs on, Windows' 4-byte long included); a writer whose short or int were not 2 and 4 bytes
@@ -97,9 +97,9 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
     if (keys->kind != ValueKind::list) corrupt("the storage key list is " + repr(keys, 40), at);
     std::unordered_map<std::string, size_t> storage_of;
     for (size_t i = 0; i < c.storages.size(); ++i) storage_of.emplace(c.storages[i].key, i);
-    for (const Value* k : keys->items) {
+    for (const Value* k : keys->items()) {
         if (k->kind != ValueKind::string) corrupt("a storage key is " + repr(k, 40), at);
-        std::string key(k->s);
+        std::string key(k->s());
         auto s = storage_of.find(key);
         if (s == storage_of.end()) corrupt("storage " + key + " is listed but no tensor uses it", at);
         StorageInfo& st = c.storages[s->second];

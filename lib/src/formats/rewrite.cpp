@@ -150,7 +150,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
             edits.push_back({s.pos, traced_opcode_length(pk, s.pos), global_opcode(want)});
         } else if (op == pickle_ops::STACK_GLOBAL && stack_global_at.count(s.pos)) {
             const auto* g = stack_global_at.at(s.pos);
-            if (want.substr(0, want.rfind('.')) != std::string(s.cls->s)) cannot(s.pos, "a storage class of another module");
+            if (want.substr(0, want.rfind('.')) != std::string(s.cls->s())) cannot(s.pos, "a storage class of another module");
             uint64_t len = traced_opcode_length(pk, g->name_pos);
             if (len == 0 || edited.count(g->name_pos)) cannot(g->name_pos, "a storage class name pushed in an unexpected way");
             edits.push_back({g->name_pos, len, binunicode(want.substr(want.rfind('.') + 1))});
@@ -166,7 +166,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     // A renamed string fetched again elsewhere keeps its old text there.
     for (const auto& g : trace->string_gets)
         if (renamed_strings.count(g.value) && !edited.count(g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, &g.value->s});
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, g.value->s_ref()});
     return edits;
 }
 

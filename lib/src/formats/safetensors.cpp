@@ -367,12 +367,11 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
         t.numel = st.numel;
         t.extent = st.numel;
         Value* key = c.arena.make(ValueKind::string, 8);
-        key->s = c.arena.own(st.name);
+        key->set_s(c.arena.own(st.name));
         Value* tv = c.arena.make(ValueKind::tensor, st.begin);
-        tv->i = static_cast<int64_t>(c.tensors.size());
-        tv->s = dtype_name(st.dtype);  // static text
-        c.arena.append(root->entries, key);
-        c.arena.append(root->entries, tv);
+        tv->set_i(static_cast<int64_t>(c.tensors.size()));
+        tv->set_s(dtype_name(st.dtype));  // static text
+        c.arena.append_entry(root, key, tv);
         c.record_ranges.push_back({st.begin, st.end});
         c.storages.push_back(std::move(s));
         c.tensors.push_back(std::move(t));

@@ -29,20 +29,19 @@ Value* TorchHooks::global(Value* g, std::string_view /*written*/) {
     auto [it, fresh] = m_global_index.emplace(full, m_globals.size());
     if (fresh) {
         GlobalRef ref;
-        ref.module = std::string(g->s);
+        ref.module = std::string(g->s());
         ref.name = std::string(g->s2);
-        ref.cls = GlobalPolicy::standard().judge(g->s, g->s2).cls;
+        ref.cls = GlobalPolicy::standard().judge(g->s(), g->s2).cls;
         ref.first_offset = g->offset;
         ref.record = m_record;
         m_globals.push_back(std::move(ref));
     }
     ++m_globals[it->second].count;
 
-    if (g->s == "torch") {
+    if (g->s() == "torch") {
         auto dt = dtype_from_name(g->s2);
         if (dt && dtype_name(*dt) == g->s2) {
-            g->kind = ValueKind::dtype;  // the global just made becomes the dtype; s2 is its name
-            g->s = {};
+            g->kind = ValueKind::dtype;  // the global just made becomes the dtype; s2 is its name (a dtype holds no s)
         }
     }
     return g;
@@ -52,55 +51,55 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
     // ('storage', storage_class, key, location, numel)  — legacy files add view metadata.
     // Legacy files also save the class of each pickled nn.Module as ('module', class, file, source):
     // the class is what the pickle meant; its source code is never run (or read).
-    if (pid->kind == ValueKind::tuple && pid->items.size() == 4 && pid->items[0]->kind == ValueKind::string &&
-        pid->items[0]->s == "module" && pid->items[1]->kind == ValueKind::global)
-        return pid->items[1];
-    if (pid->kind != ValueKind::tuple || pid->items.size() < 5 ||
-        pid->items[0]->kind != ValueKind::string || pid->items[0]->s != "storage")
+    if (pid->kind == ValueKind::tuple && pid->items().size() == 4 && pid->items()[0]->kind == ValueKind::string &&
+        pid->items()[0]->s() == "module" && pid->items()[1]->kind == ValueKind::global)
+        return pid->items()[1];
+    if (pid->kind != ValueKind::tuple || pid->items().size() < 5 ||
+        pid->items()[0]->kind != ValueKind::string || pid->items()[0]->s() != "storage")
         throw Error(ErrorKind::unsupported, "",
                     m_record + ": persistent id is not a torch storage reference: " + repr(pid, 80),
                     offset);
-    const Value* cls = pid->items[1];
-    const Value* key = pid->items[2];
-    const Value* loc = pid->items[3];
-    const Value* numel = pid->items[4];
+    const Value* cls = pid->items()[1];
+    const Value* key = pid->items()[2];
+    const Value* loc = pid->items()[3];
+    const Value* numel = pid->items()[4];
     if (cls->kind != ValueKind::global || key->kind != ValueKind::string ||
-        loc->kind != ValueKind::string || numel->kind != ValueKind::integer || numel->i < 0)
+        loc->kind != ValueKind::string || numel->kind != ValueKind::integer || numel->i() < 0)
         throw Error(ErrorKind::corrupt, "", m_record + ": malformed storage reference " + repr(pid, 120),
                     offset);
     // torch < 0.4 saved storage slices: view_metadata (view_key, offset, size) names a slice of the
     // storage `key`, which is saved whole (its record is the key's).
-    const Value* view = pid->items.size() >= 6 && pid->items[5]->kind != ValueKind::none ? pid->items[5] : nullptr;
-    if (view && (view->kind != ValueKind::tuple || view->items.size() != 3 || view->items[0]->kind != ValueKind::string ||
-                 view->items[1]->kind != ValueKind::integer || view->items[2]->kind != ValueKind::integer ||
-                 view->items[1]->i < 0 || view->items[2]->i < 0))
+    const Value* view = pid->items().size() >= 6 && pid->items()[5]->kind != ValueKind::none ? pid->items()[5] : nullptr;
+    if (view && (view->kind != ValueKind::tuple || view->items().size() != 3 || view->items()[0]->kind != ValueKind::string ||
+                 view->items()[1]->kind != ValueKind::integer || view->items()[2]->kind != ValueKind::integer ||
+                 view->items()[1]->i() < 0 || view->items()[2]->i() < 0))
         throw Error(ErrorKind::corrupt, "", m_record + ": malformed storage view " + repr(view, 120), offset);
     auto dt = dtype_from_storage_class(cls->s2);
-    if (!dt || (cls->s != "torch" && cls->s != "torch.storage"))
+    if (!dt || (cls->s() != "torch" && cls->s() != "torch.storage"))
         throw Error(ErrorKind::unsupported, "",
                     m_record + ": unknown storage class " + global_name(cls), offset);
 
-    Value* root = storage_value(cls, key->s, loc->s, static_cast<uint64_t>(numel->i), *dt, offset);
+    Value* root = storage_value(cls, key->s(), loc->s(), static_cast<uint64_t>(numel->i()), *dt, offset);
     if (!view) {
         m_arena.recycle(pid);  // read: the storage's value stands for it now
         return root;
     }
-    auto [it, fresh] = m_views.try_emplace(std::string(view->items[0]->s));
+    auto [it, fresh] = m_views.try_emplace(std::string(view->items()[0]->s()));
     if (!fresh) return it->second.value;
     StorageView& sv = it->second;
-    sv.offset = static_cast<uint64_t>(view->items[1]->i);
-    sv.numel = static_cast<uint64_t>(view->items[2]->i);
-    const StorageInfo& whole = m_storages[static_cast<size_t>(root->i)];
+    sv.offset = static_cast<uint64_t>(view->items()[1]->i());
+    sv.numel = static_cast<uint64_t>(view->items()[2]->i());
+    const StorageInfo& whole = m_storages[static_cast<size_t>(root->i())];
     if (sv.offset > whole.numel || sv.numel > whole.numel - sv.offset)
         throw Error(ErrorKind::corrupt, "", m_record + ": storage view " + it->first + " (elements " + std::to_string(sv.offset) + "+" +
                                                 std::to_string(sv.numel) + ") lies outside storage " + std::string(whole.key) + " (" +
                                                 std::to_string(whole.numel) + " elements)", offset);
     sv.value = m_arena.make(ValueKind::storage, offset);
-    sv.value->i = root->i;
+    sv.value->set_i(root->i());
     sv.value->shared = true;  // every load of the slice returns this value, which m_view_of knows it by
-    sv.value->s = m_arena.own(std::string(dtype_name(whole.dtype)) + ", " + std::to_string(sv.numel) + " elements, key " + it->first +
+    sv.value->set_s(m_arena.own(std::string(dtype_name(whole.dtype)) + ", " + std::to_string(sv.numel) + " elements, key " + it->first +
                               ": elements " + std::to_string(sv.offset) + "–" + std::to_string(sv.offset + sv.numel) + " of storage " +
-                              std::string(whole.key));
+                              std::string(whole.key)));
     m_view_of.emplace(sv.value, &sv);
     return sv.value;
 }
@@ -151,8 +150,8 @@ Value* TorchHooks::storage_value(size_t pos, uint64_t offset) {
     // rebuild that reads it gives back: nothing else holds a storage's value, so a tensor leaves
     // none behind (120 bytes a tensor of a state dict).
     Value* v = m_arena.make(ValueKind::storage, offset);
-    v->i = static_cast<int64_t>(pos);
-    v->s = m_storage_text[pos];
+    v->set_i(static_cast<int64_t>(pos));
+    v->set_s(m_storage_text[pos]);
     v->s2 = m_storages[pos].key;
     return v;
 }
@@ -167,18 +166,18 @@ Value* TorchHooks::retype(Value* made, ValueKind kind) {
 
 Value* TorchHooks::tensor_value(TensorInfo info, Value* made) {
     Value* v = retype(made, ValueKind::tensor);
-    v->i = static_cast<int64_t>(m_tensors.size());
+    v->set_i(static_cast<int64_t>(m_tensors.size()));
     std::string& text = m_scratch;
     text.assign(dtype_name(info.dtype)).append("[");
     for (size_t n = 0; n < info.shape.size(); ++n) append_int(text.append(n ? ", " : ""), info.shape[n]);
     text.append("]");
     if (text != m_tensor_text) m_tensor_text = m_arena.own(text);  // tensors in a row share a shape, as a rule
-    v->s = m_tensor_text;
+    v->set_s(m_tensor_text);
     m_tensors.push_back(std::move(info));
     return v;
 }
 
-Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const ValueList& a) {
+Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, ValueSpan a) {
     // _rebuild_tensor(storage, offset, size, stride)
     // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
     // _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
@@ -191,18 +190,18 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
                           : "torch._utils._rebuild_tensor_v3";
     if (a.size() < need) bad(made, std::string(name) + " with " + std::to_string(a.size()) + " arguments");
     if (a[0]->kind != ValueKind::storage) bad(made, std::string(name) + " without a storage");
-    t.storage = static_cast<size_t>(a[0]->i);
+    t.storage = static_cast<size_t>(a[0]->i());
     const StorageInfo& st = m_storages[t.storage];
     t.dtype = st.dtype;
-    if (!is_int(a[1]) || a[1]->i < 0) bad(made, std::string(name) + ": storage offset is not a non-negative int");
-    t.storage_offset = a[1]->i;
+    if (!is_int(a[1]) || a[1]->i() < 0) bad(made, std::string(name) + ": storage offset is not a non-negative int");
+    t.storage_offset = a[1]->i();
     if (!int_tuple(a[2], t.shape) || !int_tuple(a[3], t.stride))
         bad(made, std::string(name) + ": size or stride is not a tuple of ints");
     if (need >= 6) {
         const Value* rg = a[q ? 5 : 4];
         if (rg->kind != ValueKind::boolean && rg->kind != ValueKind::integer)
             bad(made, std::string(name) + ": requires_grad is not a bool");
-        t.requires_grad = rg->i != 0;
+        t.requires_grad = rg->i() != 0;
     }
     if (name == "_rebuild_tensor_v3") {
         if (a[6]->kind != ValueKind::dtype) bad(made, std::string(name) + ": dtype argument is not a torch dtype");
@@ -227,7 +226,7 @@ Value* TorchHooks::rebuild_tensor(Value* made, std::string_view name, const Valu
         quantization(made, a[4], t);
         return tensor_value(std::move(t), made);
     }
-    Value* args = made->args;  // read: the table holds what they said (the storage's value is kept)
+    Value* args = made->args();  // read: the table holds what they said (the storage's value is kept)
     Value* v = tensor_value(std::move(t), made);
     m_arena.recycle(args);
     return v;
@@ -250,13 +249,13 @@ void TorchHooks::finish() {
 
 Value* TorchHooks::reduce(Value* made) {
     m_methods.reduce(made);
-    const Value* c = made->callable;
+    const Value* c = made->callable();
     if (c->kind != ValueKind::global) return nullptr;
     if (made->how == MakeHow::newobj)
         if (auto it = m_global_index.find(global_name(c)); it != m_global_index.end() && !m_globals[it->second].instantiated++)
             m_globals[it->second].first_instantiated = made->offset;
-    std::string_view mod = c->s, name = c->s2;
-    const ValueList& a = made->args->items;
+    std::string_view mod = c->s(), name = c->s2;
+    ValueSpan a = made->args()->items();
     bool plain_call = made->how == MakeHow::reduce;
 
     if (mod == "collections" && name == "OrderedDict" && a.empty()) {
@@ -268,10 +267,10 @@ Value* TorchHooks::reduce(Value* made) {
         if (Value* t = rebuild(made, mod, name, a)) return t;
     if (mod == "torch.serialization" && name == "_get_layout" && plain_call && a.size() == 1 && a[0]->kind == ValueKind::string) {
         // _get_layout("torch.sparse_coo") is the layout torch.sparse_coo: a global of that name
-        std::string_view full = a[0]->s;
+        std::string_view full = a[0]->s();
         if (full.substr(0, 6) != "torch." || !layout_from_name(full)) return nullptr;
         Value* g = retype(made, ValueKind::global);
-        g->s = "torch";
+        g->set_s("torch");
         g->s2 = m_arena.own(full.substr(6));
         return g;
     }
@@ -280,24 +279,24 @@ Value* TorchHooks::reduce(Value* made) {
         Value* s = retype(made, ValueKind::tuple);
         // The tuple's items are the Size's too, and the tuple may be memoized: the arena must never
         // take them back through the Size (a rebuild's argument), nor the Size's slots with them.
-        s->items = m_arena.list_of(sizes->items);
+        m_arena.set_items(s, sizes->items());
         s->shared = true;
         s->depth = sizes->depth;
         s->s2 = "torch.Size";
         return s;
     }
     if (mod == "torch" && name == "device" && !a.empty() && a[0]->kind == ValueKind::string) {
-        std::string_view type = a[0]->s;
-        int64_t index = a.size() > 1 && a[1]->kind == ValueKind::integer ? a[1]->i : -1;
+        std::string_view type = a[0]->s();
+        int64_t index = a.size() > 1 && a[1]->kind == ValueKind::integer ? a[1]->i() : -1;
         Value* d = retype(made, ValueKind::device);
-        d->i = index;
+        d->set_i(index);
         size_t colon = type.find(':');
         if (colon != std::string_view::npos) {
             std::string idx(type.substr(colon + 1));
-            d->i = std::atoll(idx.c_str());
+            d->set_i(std::atoll(idx.c_str()));
             type = type.substr(0, colon);
         }
-        d->s = type;
+        d->set_s(type);
         return d;
     }
     if (mod == "builtins" && (name == "set" || name == "frozenset") && plain_call) {
@@ -305,7 +304,7 @@ Value* TorchHooks::reduce(Value* made) {
         const Value* from = a.empty() ? nullptr : a[0];
         Value* s = retype(made, name == "set" ? ValueKind::set : ValueKind::frozenset);
         if (from) {
-            s->items = m_arena.list_of(from->items);
+            m_arena.set_items(s, from->items());
             s->shared = true;  // its items are the list's too (as a Size's above)
             s->depth = from->depth;
         }
@@ -313,27 +312,27 @@ Value* TorchHooks::reduce(Value* made) {
     }
     if (mod == "builtins" && name == "complex" && plain_call && a.size() == 2 &&
         a[0]->kind == ValueKind::floating && a[1]->kind == ValueKind::floating) {
-        double re = a[0]->f, im = a[1]->f;
+        double re = a[0]->f(), im = a[1]->f();
         Value* z = retype(made, ValueKind::complex);
-        z->f = re;
-        z->f2 = im;
+        z->set_f(re);
+        z->set_f2(im);
         return z;
     }
     if (mod == "_codecs" && name == "encode" && plain_call && !a.empty() &&
         a[0]->kind == ValueKind::string) {
         // protocol 2 writes bytes as _codecs.encode(text, 'latin1'): decode UTF-8 → Latin-1 bytes.
-        std::string_view enc = a.size() > 1 && a[1]->kind == ValueKind::string ? a[1]->s : "utf-8";
+        std::string_view enc = a.size() > 1 && a[1]->kind == ValueKind::string ? a[1]->s() : "utf-8";
         std::string out;
-        if (!pickle_text::codecs_encode(a[0]->s, enc, out)) return nullptr;
+        if (!pickle_text::codecs_encode(a[0]->s(), enc, out)) return nullptr;
         Value* b = retype(made, ValueKind::bytes);
-        b->s = m_arena.own(std::move(out));
+        b->set_s(m_arena.own(std::move(out)));
         return b;
     }
     if (mod == "builtins" && name == "bytearray" && plain_call && a.size() == 1 &&
         a[0]->kind == ValueKind::bytes) {
-        std::string_view data = a[0]->s;
+        std::string_view data = a[0]->s();
         Value* b = retype(made, ValueKind::bytearray);
-        b->s = data;
+        b->set_s(data);
         return b;
     }
     return nullptr;

@@ -22,10 +22,10 @@ template <class Ints>  // std::vector<int64_t>, Dims
 bool int_tuple(const Value* v, Ints& out) {
     if (v->kind != ValueKind::tuple && v->kind != ValueKind::list) return false;
     out.clear();
-    out.reserve(v->items.size());
-    for (const Value* i : v->items) {
+    out.reserve(v->items().size());
+    for (const Value* i : v->items()) {
         if (i->kind != ValueKind::integer) return false;
-        out.push_back(i->i);
+        out.push_back(i->i());
     }
     return true;
 }
@@ -65,24 +65,24 @@ private:
     Value* storage_value(const Value* cls, std::string_view key, std::string_view location, uint64_t numel, DType dtype,
                          uint64_t offset);
     Value* storage_value(size_t pos, uint64_t offset);  // a new value of storage `pos`
-    Value* rebuild_tensor(Value* made, std::string_view name, const ValueList& a);
+    Value* rebuild_tensor(Value* made, std::string_view name, ValueSpan a);
     // A rebuild function of torch._utils, torch._tensor or nested tensors: the tensor, nullptr for
     // what is no tensor here; Error(unsupported) naming a rebuild function this reader does not know.
-    Value* rebuild(Value* made, std::string_view module, std::string_view name, const ValueList& a);
+    Value* rebuild(Value* made, std::string_view module, std::string_view name, ValueSpan a);
     void count_elements(const Value* made, std::string_view name, TensorInfo& t) const;
     void quantization(const Value* made, const Value* params, TensorInfo& t);
     // The rebuild functions of tensors that are not one plain view of a storage.
-    Value* rebuild_meta(Value* made, std::string_view name, const ValueList& a);
-    Value* rebuild_quantized(Value* made, const ValueList& a);
-    Value* rebuild_sparse(Value* made, std::string_view name, const ValueList& a);
-    Value* rebuild_nested(Value* made, const ValueList& a);
+    Value* rebuild_meta(Value* made, std::string_view name, ValueSpan a);
+    Value* rebuild_quantized(Value* made, ValueSpan a);
+    Value* rebuild_sparse(Value* made, std::string_view name, ValueSpan a);
+    Value* rebuild_nested(Value* made, ValueSpan a);
     Value* rebuild_jagged(Value* made, const Value* kwargs);
     // `rebuild` is static text (TensorInfo::rebuild keeps a view of it)
     Value* nested_value(Value* made, std::string_view rebuild, Layout layout, std::shared_ptr<TensorExtra> e, bool requires_grad);
-    Value* rebuild_from_type(Value* made, const ValueList& a);
+    Value* rebuild_from_type(Value* made, ValueSpan a);
     // The tensor a value is (a rebuilt tensor), or a clear error naming what `what` needed.
     const TensorInfo& tensor_arg(const Value* made, const Value* v, const std::string& what) const;
-    size_t tensor_index(const Value* v) const { return static_cast<size_t>(v->i); }
+    size_t tensor_index(const Value* v) const { return static_cast<size_t>(v->i()); }
     // `made`, the object the VM built for a call and handed to reduce (nothing refers to it yet),
     // cleared to an empty value of `kind` at the same offset: the typed value takes its place
     // instead of a second value (two fewer values per tensor).

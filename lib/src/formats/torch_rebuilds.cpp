@@ -25,9 +25,9 @@ std::string int_list_text(const std::vector<int64_t>& shape) {
 bool has_attributes(const Value* state) {
     if (!state) return false;
     if (state->kind == ValueKind::dict) return state->dict_size() > 0;
-    if (state->kind == ValueKind::tuple && state->items.size() == 2)
-        return (state->items[0]->kind == ValueKind::dict && state->items[0]->dict_size() > 0) ||
-               (state->items[1]->kind == ValueKind::dict && state->items[1]->dict_size() > 0);
+    if (state->kind == ValueKind::tuple && state->items().size() == 2)
+        return (state->items()[0]->kind == ValueKind::dict && state->items()[0]->dict_size() > 0) ||
+               (state->items()[1]->kind == ValueKind::dict && state->items()[1]->dict_size() > 0);
     return false;
 }
 
@@ -35,7 +35,7 @@ bool has_attributes(const Value* state) {
 
 const TensorInfo& TorchHooks::tensor_arg(const Value* made, const Value* v, const std::string& what) const {
     if (v->kind != ValueKind::tensor) bad(made, what + " is " + type_name(v) + ", not a tensor");
-    return m_tensors[static_cast<size_t>(v->i)];
+    return m_tensors[static_cast<size_t>(v->i())];
 }
 
 // quantizer_params: (torch.per_tensor_affine | per_tensor_symmetric, scale, zero_point), or
@@ -43,27 +43,27 @@ const TensorInfo& TorchHooks::tensor_arg(const Value* made, const Value* v, cons
 // with scales and zero points as tensors (or lists).
 void TorchHooks::quantization(const Value* made, const Value* p, TensorInfo& t) {
     auto bad_params = [&]() { bad(made, "_rebuild_qtensor: quantizer parameters " + repr(p, 120) + " are not understood"); };
-    if (p->kind != ValueKind::tuple || p->items.empty() || p->items[0]->kind != ValueKind::global || p->items[0]->s != "torch")
+    if (p->kind != ValueKind::tuple || p->items().empty() || p->items()[0]->kind != ValueKind::global || p->items()[0]->s() != "torch")
         bad_params();
     static constexpr std::string_view k_schemes[] = {"per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
                                                      "per_channel_symmetric", "per_channel_affine_float_qparams"};
     auto e = std::make_shared<TensorExtra>();
     for (std::string_view sch : k_schemes)
-        if (p->items[0]->s2 == sch) e->qscheme = sch;
-    if (e->qscheme.empty()) bad(made, "_rebuild_qtensor: unknown quantization scheme torch." + std::string(p->items[0]->s2));
+        if (p->items()[0]->s2 == sch) e->qscheme = sch;
+    if (e->qscheme.empty()) bad(made, "_rebuild_qtensor: unknown quantization scheme torch." + std::string(p->items()[0]->s2));
     switch (t.dtype) {
         case DType::qint8: case DType::quint8: case DType::qint32: case DType::quint4x2: case DType::quint2x4: break;
         default: bad(made, "_rebuild_qtensor over a " + std::string(dtype_name(t.dtype)) + " storage, not a quantized one");
     }
-    const ValueList& it = p->items;
-    auto number = [](const Value* v) { return v->kind == ValueKind::floating ? v->f : static_cast<double>(v->i); };
+    ValueSpan it = p->items();
+    auto number = [](const Value* v) { return v->kind == ValueKind::floating ? v->f() : static_cast<double>(v->i()); };
     if (e->qscheme.substr(0, 11) == "per_tensor_") {
         if (it.size() != 3 || (it[1]->kind != ValueKind::floating && !is_int(it[1])) || !is_int(it[2])) bad_params();
         e->scale = number(it[1]);
-        e->zero_point = it[2]->i;
+        e->zero_point = it[2]->i();
     } else {
         if (it.size() != 4 || !is_int(it[3])) bad_params();
-        e->axis = it[3]->i;
+        e->axis = it[3]->i();
         if (e->axis < 0 || static_cast<size_t>(e->axis) >= t.shape.size())
             bad(made, "_rebuild_qtensor: per-channel axis " + std::to_string(e->axis) + " is not a dimension of the tensor");
         const char* names[] = {"scales", "zero_points"};
@@ -79,7 +79,7 @@ void TorchHooks::quantization(const Value* made, const Value* p, TensorInfo& t) 
 // _rebuild_meta_tensor_no_storage(dtype, size, stride, requires_grad)
 // _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
 // Neither saves elements: the tensor is its dtype, shape and device.
-Value* TorchHooks::rebuild_meta(Value* made, std::string_view name, const ValueList& a) {
+Value* TorchHooks::rebuild_meta(Value* made, std::string_view name, ValueSpan a) {
     bool wrapper = name == "_rebuild_wrapper_subclass";
     size_t d = wrapper ? 1 : 0;
     if (a.size() < (wrapper ? 8u : 4u)) bad(made, std::string(name) + " with " + std::to_string(a.size()) + " arguments");
@@ -91,18 +91,18 @@ Value* TorchHooks::rebuild_meta(Value* made, std::string_view name, const ValueL
         bad(made, std::string(name) + ": size or stride is not a tuple of ints");
     count_elements(made, name, t);
     const Value* rg = a[wrapper ? 7 : 3];
-    t.requires_grad = is_int(rg) && rg->i != 0;
+    t.requires_grad = is_int(rg) && rg->i() != 0;
     t.no_data = true;
     auto e = std::make_shared<TensorExtra>();
     e->device = "meta";
     if (wrapper) {
-        if (is_int(a[4])) t.storage_offset = a[4]->i;
+        if (is_int(a[4])) t.storage_offset = a[4]->i();
         if (a[0]->kind == ValueKind::global) t.subclass = m_arena.own(global_name(a[0]));
         if (a[5]->kind == ValueKind::global)
             if (auto l = layout_from_name(a[5]->s2)) t.layout = *l;
         const Value* dev = a[6];
-        if (dev->kind == ValueKind::device) e->device = std::string(dev->s) + (dev->i >= 0 ? ":" + std::to_string(dev->i) : "");
-        else if (dev->kind == ValueKind::string) e->device = std::string(dev->s);
+        if (dev->kind == ValueKind::device) e->device = std::string(dev->s()) + (dev->i() >= 0 ? ":" + std::to_string(dev->i()) : "");
+        else if (dev->kind == ValueKind::string) e->device = std::string(dev->s());
     }
     t.extra = std::move(e);
     return tensor_value(std::move(t), made);
@@ -111,15 +111,15 @@ Value* TorchHooks::rebuild_meta(Value* made, std::string_view name, const ValueL
 // _rebuild_sparse_tensor(layout, data): data is (indices, values, size[, is_coalesced]) for
 // sparse_coo, (compressed_indices, plain_indices, values, size) for sparse_csr/csc/bsr/bsc;
 // _rebuild_sparse_csr_tensor(layout, data) of torch 1.10–1.13 is the latter for CSR.
-Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, const ValueList& a) {
+Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, ValueSpan a) {
     std::string what = "torch._utils." + std::string(name);
-    if (a.size() != 2 || a[1]->kind != ValueKind::tuple) bad(made, what + " with arguments " + repr(made->args, 120));
+    if (a.size() != 2 || a[1]->kind != ValueKind::tuple) bad(made, what + " with arguments " + repr(made->args(), 120));
     std::optional<Layout> layout;
     if (a[0]->kind == ValueKind::global) layout = layout_from_name(a[0]->s2);
-    else if (a[0]->kind == ValueKind::string) layout = layout_from_name(a[0]->s);
+    else if (a[0]->kind == ValueKind::string) layout = layout_from_name(a[0]->s());
     if (!layout || *layout == Layout::strided || *layout == Layout::jagged)
         bad(made, what + ": layout " + repr(a[0], 60) + " is not a sparse layout");
-    const ValueList& d = a[1]->items;
+    ValueSpan d = a[1]->items();
     bool coo = *layout == Layout::sparse_coo;
     if (coo ? (d.size() != 3 && d.size() != 4) : d.size() != 4) bad(made, what + ": its data is " + repr(a[1], 120));
     static constexpr std::string_view k_names[][2] = {
@@ -151,7 +151,7 @@ Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, const Valu
             bad(made, what + ": indices " + int_list_text(ix.shape) + " and values " + int_list_text(values.shape) + " do not make a tensor of " +
                           int_list_text(t.shape));
     }
-    if (values.numel > t.numel && coo && d.size() == 4 && d[3]->kind == ValueKind::boolean && d[3]->i)
+    if (values.numel > t.numel && coo && d.size() == 4 && d[3]->kind == ValueKind::boolean && d[3]->i())
         bad(made, what + ": a coalesced tensor with more values than elements");
     e->coalesced_flag = coo && d.size() == 4;
     t.extra = std::move(e);
@@ -161,7 +161,7 @@ Value* TorchHooks::rebuild_sparse(Value* made, std::string_view name, const Valu
 // _rebuild_nested_tensor(buffer, sizes, strides, storage_offsets): each component is a view of the
 // 1-d buffer; its shape, strides and offset are rows of the other three (read once the records can
 // be: Checkpoint::Builder::resolve_components).
-Value* TorchHooks::rebuild_nested(Value* made, const ValueList& a) {
+Value* TorchHooks::rebuild_nested(Value* made, ValueSpan a) {
     std::string what = "torch._utils._rebuild_nested_tensor";
     if (a.size() != 4) bad(made, what + " with " + std::to_string(a.size()) + " arguments");
     static constexpr std::string_view k_names[] = {"buffer", "sizes", "strides", "offsets"};
@@ -208,23 +208,23 @@ Value* TorchHooks::rebuild_jagged(Value* made, const Value* kw) {
         e->parts.push_back({"lengths", tensor_index(lengths)});
     }
     int64_t ragged = 1;
-    if (const Value* r = kw->get("_ragged_idx"); r && is_int(r)) ragged = r->i;
+    if (const Value* r = kw->get("_ragged_idx"); r && is_int(r)) ragged = r->i();
     if (ragged < 1 || static_cast<size_t>(ragged) > v.shape.size())
         bad(made, what + ": ragged dimension " + std::to_string(ragged) + " does not fit values of " + int_list_text(v.shape));
     e->axis = ragged;
     const Value* rg = kw->get("requires_grad");
-    return nested_value(made, "torch.nested._internal.nested_tensor._rebuild_njt", Layout::jagged, std::move(e), rg && is_int(rg) && rg->i);
+    return nested_value(made, "torch.nested._internal.nested_tensor._rebuild_njt", Layout::jagged, std::move(e), rg && is_int(rg) && rg->i());
 }
 
 // _rebuild_from_type_v2(func, new_type, args, state): func(*args) made a subclass instance whose
 // Python attributes are `state` (a dict, or (dict, slots)); torch < 1.12's _rebuild_from_type(func,
 // type, args, dict) the same. The attributes stay on the tensor's value (Value::state): they are
 // shown under the tensor's key and written back as they were.
-Value* TorchHooks::rebuild_from_type(Value* made, const ValueList& a) {
+Value* TorchHooks::rebuild_from_type(Value* made, ValueSpan a) {
     if (a.size() < 3 || a[0]->kind != ValueKind::global || a[2]->kind != ValueKind::tuple) return nullptr;
     Value* inner = m_arena.make(ValueKind::object, made->offset);
-    inner->callable = a[0];
-    inner->args = a[2];
+    inner->set_callable(a[0]);
+    inner->set_args(a[2]);
     Value* t = reduce(inner);
     if (!t || t->kind != ValueKind::tensor) return nullptr;
     TensorInfo info = m_tensors[tensor_index(t)];
@@ -238,7 +238,7 @@ Value* TorchHooks::rebuild_from_type(Value* made, const ValueList& a) {
     return v;
 }
 
-Value* TorchHooks::rebuild(Value* made, std::string_view mod, std::string_view name, const ValueList& a) {
+Value* TorchHooks::rebuild(Value* made, std::string_view mod, std::string_view name, ValueSpan a) {
     if (mod == "torch._utils") {
         if (name == "_rebuild_tensor" || name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3" || name == "_rebuild_qtensor")
             return rebuild_tensor(made, name, a);
@@ -246,7 +246,7 @@ Value* TorchHooks::rebuild(Value* made, std::string_view mod, std::string_view n
             if (a.size() < 3 || a[0]->kind != ValueKind::tensor) bad(made, std::string(name) + " without a tensor");
             TensorInfo t = m_tensors[tensor_index(a[0])];
             t.is_parameter = true;
-            t.requires_grad = is_int(a[1]) && a[1]->i != 0;
+            t.requires_grad = is_int(a[1]) && a[1]->i() != 0;
             Value* v = tensor_value(std::move(t), made);
             if (name == "_rebuild_parameter_with_state" && a.size() > 3 && has_attributes(a[3])) v->state = a[3];
             return v;
@@ -257,13 +257,13 @@ Value* TorchHooks::rebuild(Value* made, std::string_view mod, std::string_view n
         if (name == "_rebuild_device_tensor_from_cpu_tensor") {
             // (data, dtype, device, requires_grad): a CPU tensor moved to `device` as `dtype`
             if (a.size() < 4 || a[0]->kind != ValueKind::tensor || a[1]->kind != ValueKind::dtype)
-                bad(made, std::string(name) + " with arguments " + repr(made->args, 120));
+                bad(made, std::string(name) + " with arguments " + repr(made->args(), 120));
             TensorInfo t = m_tensors[tensor_index(a[0])];
             if (dtype_name(t.dtype) != a[1]->s2)
                 throw Error(ErrorKind::unsupported, "", m_record + ": a tensor saved as " + std::string(dtype_name(t.dtype)) +
                                                            " to be cast to " + std::string(a[1]->s2) + " on loading is not read",
                             made->offset);
-            t.requires_grad = is_int(a[3]) && a[3]->i != 0;
+            t.requires_grad = is_int(a[3]) && a[3]->i() != 0;
             return tensor_value(std::move(t), made);
         }
     }

@@ -114,8 +114,8 @@ std::string tensor_shape_text(const Checkpoint& c, const TensorInfo& t) {
 
 std::string key_part(const Value* key) {
     switch (key->kind) {
-        case ValueKind::string: return std::string(key->s);
-        case ValueKind::integer: return std::to_string(key->i);
+        case ValueKind::string: return std::string(key->s());
+        case ValueKind::integer: return std::to_string(key->i());
         default: return repr(key, 60, 2);
     }
 }

@@ -29,7 +29,7 @@ void ModelBuilder::add_leaf(const std::string& key, const Value* v) {
     // With the values the entries point at: keep_records_only frees both.
     e.key = key == m_root_key ? m_root_key : c.arena.own(key);
     e.value = v;
-    if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i);
+    if (v->kind == ValueKind::tensor) e.tensor = static_cast<size_t>(v->i());
     entry_by_key.insert(key, c.entries.size(), entry_key());
     c.entries.push_back(std::move(e));
 }
@@ -42,14 +42,14 @@ bool ModelBuilder::contains_tensor(const Value* v, int depth, std::unordered_set
         throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
     if (!path.insert(v).second) return false;  // a cycle: nothing new below
     bool found = false;
-    auto scan = [&](const ValueList& vs) {
+    auto scan = [&](ValueSpan vs) {
         for (const Value* x : vs)
             if (!found && contains_tensor(x, depth + 1, path)) found = true;
     };
-    scan(v->items);
-    scan(v->entries);
+    scan(v->items());
+    scan(v->entries());
     if (!found && v->state) found = contains_tensor(v->state, depth + 1, path);
-    if (!found && v->kind == ValueKind::object && v->args) found = contains_tensor(v->args, depth + 1, path);
+    if (!found && v->kind == ValueKind::object && v->args()) found = contains_tensor(v->args(), depth + 1, path);
     path.erase(v);
     m_has_tensor[v] = found;
     return found;
@@ -69,8 +69,8 @@ void ModelBuilder::flatten(const Value* v, std::string& key, int depth,
     // A dict key's path part; str keys, nearly all of them, without a string of their own.
     auto dict_child = [&](const Value* k, const Value* x) {
         if (k->kind != ValueKind::string) return child(key_part(k), x);
-        if (key.empty()) m_root_key = k->s;
-        child(k->s, x);
+        if (key.empty()) m_root_key = k->s();
+        child(k->s(), x);
     };
     bool is_dict = v->kind == ValueKind::dict;
     bool is_seq = v->kind == ValueKind::list || v->kind == ValueKind::tuple;
@@ -86,8 +86,8 @@ void ModelBuilder::flatten(const Value* v, std::string& key, int depth,
             path.insert(v);
             const Value* st = v->state;
             bool pair = st->kind == ValueKind::tuple;
-            for (const Value* d : {st, pair ? static_cast<const Value*>(st->items[0]) : nullptr,
-                                   pair ? static_cast<const Value*>(st->items[1]) : nullptr})
+            for (const Value* d : {st, pair ? static_cast<const Value*>(st->items()[0]) : nullptr,
+                                   pair ? static_cast<const Value*>(st->items()[1]) : nullptr})
                 if (d && d->kind == ValueKind::dict)
                     for (size_t n = 0; n < d->dict_size(); ++n) dict_child(d->dict_key(n), d->dict_value(n));
             path.erase(v);
@@ -99,20 +99,20 @@ void ModelBuilder::flatten(const Value* v, std::string& key, int depth,
         for (size_t n = 0; n < v->dict_size(); ++n) dict_child(v->dict_key(n), v->dict_value(n));
     }
     if (is_seq || is_obj) {
-        for (size_t n = 0; n < v->items.size(); ++n) child(std::to_string(n), v->items[n]);
+        for (size_t n = 0; n < v->items().size(); ++n) child(std::to_string(n), v->items()[n]);
     }
     if (is_obj) {
         const Value* st = v->state;
-        if (st && st->kind == ValueKind::tuple && st->items.size() == 2 && st->items[0]->kind == ValueKind::dict)
-            st = st->items[0];
+        if (st && st->kind == ValueKind::tuple && st->items().size() == 2 && st->items()[0]->kind == ValueKind::dict)
+            st = st->items()[0];
         if (st && st->kind == ValueKind::dict) {
             for (size_t n = 0; n < st->dict_size(); ++n) dict_child(st->dict_key(n), st->dict_value(n));
         } else if (st && st->kind != ValueKind::none) {
             child("__state__", st);
         }
-        if (v->args && !v->args->items.empty()) {
+        if (v->args() && !v->args()->items().empty()) {
             std::unordered_set<const Value*> s2;
-            if (contains_tensor(v->args, 0, s2)) child("__args__", v->args);
+            if (contains_tensor(v->args(), 0, s2)) child("__args__", v->args());
         }
     }
     path.erase(v);

@@ -13,8 +13,8 @@ void walk(const Value* v, const std::string& key, int depth, std::vector<Optimiz
     if (depth > 3) return;
     auto join = [&](const std::string& part) { return key.empty() ? part : key + "." + part; };
     if (v->kind == ValueKind::list || v->kind == ValueKind::tuple) {
-        for (size_t i = 0; i < v->items.size(); ++i)
-            if (may_hold_optimizer(v->items[i])) walk(v->items[i], join(std::to_string(i)), depth + 1, out);
+        for (size_t i = 0; i < v->items().size(); ++i)
+            if (may_hold_optimizer(v->items()[i])) walk(v->items()[i], join(std::to_string(i)), depth + 1, out);
         return;
     }
     if (v->kind != ValueKind::dict) return;

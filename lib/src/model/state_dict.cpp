@@ -34,11 +34,11 @@ void ModelBuilder::take_dict(const Value* d, const std::string& path) {
             ++sd.other_values;
             continue;
         }
-        if (!path.empty()) full.assign(path).append(".").append(k->s);
-        size_t entry = entry_by_key.find(path.empty() ? k->s : std::string_view(full), entry_key());
+        if (!path.empty()) full.assign(path).append(".").append(k->s());
+        size_t entry = entry_by_key.find(path.empty() ? k->s() : std::string_view(full), entry_key());
         if (entry != StringIndex::npos) {  // the name is the end of the entry's key
             std::string_view key = c.entries[entry].key;
-            sd.entries.push_back({key.substr(key.size() - k->s.size()), entry});
+            sd.entries.push_back({key.substr(key.size() - k->s().size()), entry});
         }
     }
     sd.has_metadata = d->state && d->state->kind == ValueKind::dict && d->state->get("_metadata");
@@ -56,15 +56,15 @@ void ModelBuilder::walk_module(const Value* m, const std::string& entry_path,
     auto join = [](const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; };
     std::unordered_set<std::string> non_persistent;
     if (const Value* np = st->get("_non_persistent_buffers_set"))
-        for (const Value* x : np->items)
-            if (x->kind == ValueKind::string) non_persistent.insert(std::string(x->s));
+        for (const Value* x : np->items())
+            if (x->kind == ValueKind::string) non_persistent.insert(std::string(x->s()));
     for (const char* group : {"_parameters", "_buffers"}) {
         const Value* d = st->get(group);
         if (!d || d->kind != ValueKind::dict) continue;
         for (size_t i = 0; i < d->dict_size(); ++i) {
             const Value* k = d->dict_key(i);
             if (k->kind != ValueKind::string || d->dict_value(i)->kind != ValueKind::tensor) continue;
-            std::string name(k->s);
+            std::string name(k->s());
             if (std::string(group) == "_buffers" && non_persistent.count(name)) continue;
             size_t entry = entry_by_key.find(join(join(entry_path, group), name), entry_key());
             if (entry != StringIndex::npos) c.state_dict.entries.push_back({c.arena.own(name_prefix + name), entry});
@@ -76,7 +76,7 @@ void ModelBuilder::walk_module(const Value* m, const std::string& entry_path,
         const Value* k = mods->dict_key(i);
         const Value* sub = mods->dict_value(i);
         if (k->kind != ValueKind::string || !is_module(sub)) continue;
-        std::string name(k->s);
+        std::string name(k->s());
         walk_module(sub, join(join(entry_path, "_modules"), name), name_prefix + name + ".", depth + 1);
     }
 }

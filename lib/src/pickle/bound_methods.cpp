@@ -5,13 +5,13 @@ namespace ckpt {
 namespace {
 
 bool is_getattr(const Value* g) {
-    return g && g->kind == ValueKind::global && g->s2 == "getattr" && (g->s == "builtins" || g->s == "__builtins__");
+    return g && g->kind == ValueKind::global && g->s2 == "getattr" && (g->s() == "builtins" || g->s() == "__builtins__");
 }
 
 // An object made by one of torch's own classes (torch.nn.modules.*, torch.optim.*).
 bool torch_class_instance(const Value* v) {
-    if (v->kind != ValueKind::object || !v->callable || v->callable->kind != ValueKind::global) return false;
-    std::string_view m = v->callable->s, n = v->callable->s2;
+    if (v->kind != ValueKind::object || !v->callable() || v->callable()->kind != ValueKind::global) return false;
+    std::string_view m = v->callable()->s(), n = v->callable()->s2;
     bool torch_module = m.substr(0, 17) == "torch.nn.modules." || m.substr(0, 12) == "torch.optim.";
     return torch_module && !n.empty() && n[0] >= 'A' && n[0] <= 'Z' && n.find('.') == std::string_view::npos;
 }
@@ -20,7 +20,7 @@ bool torch_class_instance(const Value* v) {
 // writes one of its members (Python 3.11+ Enum.__reduce_ex__).
 bool reviewed_enum(const Value* v) {
     if (v->kind != ValueKind::global) return false;
-    std::string_view m = v->s, n = v->s2;
+    std::string_view m = v->s(), n = v->s2;
     return (m == "deepspeed.runtime.zero.config" && n == "ZeroStageEnum") ||
            (m == "torch.distributed.checkpoint.metadata" && n == "_MEM_FORMAT_ENCODING") ||
            (m == "torch.distributed._shard.sharded_tensor.metadata" && n == "MEM_FORMAT_ENCODING");
@@ -37,23 +37,23 @@ bool method_name(std::string_view n) {
 }  // namespace
 
 void BoundMethods::reduce(const Value* made) {
-    if (!is_getattr(made->callable)) {
-        used(made->callable);  // a value called: if getattr made it, it is more than a stored method
+    if (!is_getattr(made->callable())) {
+        used(made->callable());  // a value called: if getattr made it, it is more than a stored method
         return;
     }
-    const Value* a = made->args;
-    bool method = made->how == MakeHow::reduce && a && a->kind == ValueKind::tuple && a->items.size() == 2 &&
-                  (torch_class_instance(a->items[0]) || reviewed_enum(a->items[0])) && a->items[1]->kind == ValueKind::string &&
-                  method_name(a->items[1]->s);
+    const Value* a = made->args();
+    bool method = made->how == MakeHow::reduce && a && a->kind == ValueKind::tuple && a->items().size() == 2 &&
+                  (torch_class_instance(a->items()[0]) || reviewed_enum(a->items()[0])) && a->items()[1]->kind == ValueKind::string &&
+                  method_name(a->items()[1]->s());
     if (method && m_example.empty()) {
-        const Value* owner = a->items[0]->kind == ValueKind::global ? a->items[0] : a->items[0]->callable;
-        m_example = std::string(owner->s) + "." + std::string(owner->s2) + "." + std::string(a->items[1]->s);
+        const Value* owner = a->items()[0]->kind == ValueKind::global ? a->items()[0] : a->items()[0]->callable();
+        m_example = std::string(owner->s()) + "." + std::string(owner->s2) + "." + std::string(a->items()[1]->s());
     }
     ++(method ? m_methods : m_other);
 }
 
 void BoundMethods::used(const Value* v) {
-    if (v && v->kind == ValueKind::object && is_getattr(v->callable)) ++m_other;
+    if (v && v->kind == ValueKind::object && is_getattr(v->callable())) ++m_other;
 }
 
 }  // namespace ckpt

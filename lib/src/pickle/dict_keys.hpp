@@ -19,7 +19,7 @@ bool canonical_key(const Value* k, std::string& out);
 
 class DictKeys {
 public:
-    // For `key` set on `dict`: the position in dict->entries of the key equal to it and false, or
+    // For `key` set on `dict`: the position in dict->entries() of the key equal to it and false, or
     // the position it takes (entries.size()) and true. A dict of up to k_scan keys is searched in
     // place; a larger one gets an index of its canonical keys, kept as long as this object. A
     // module's _metadata is 30,000 dicts of one key: an index each was 13 MiB.
@@ -33,8 +33,8 @@ private:
         StringIndex names;
         bool strings = true;
     };
-    void index_all(Index& index, const ValueList& entries);
-    std::string_view indexed_text(const Index& index, const ValueList& entries, size_t pos);
+    void index_all(Index& index, ValueSpan entries);
+    std::string_view indexed_text(const Index& index, ValueSpan entries, size_t pos);
     std::unordered_map<const Value*, Index> m_index;
     std::string m_key, m_key_at;  // scratch
 };

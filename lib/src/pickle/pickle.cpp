@@ -91,13 +91,13 @@ private:
         check_size(items.size());
         Value* v = m_arena.make(kind, m_op_offset);
         for (Value* c : items) adopt(v, c);
-        v->items = m_arena.list_of(items);
+        m_arena.set_items(v, items);
         return v;
     }
     Value* make_string(ValueKind kind, ByteView b) {
         Value* v = m_arena.make(kind, m_op_offset);
-        v->s = b.as_chars();
-        if (kind == ValueKind::string && !pickle_text::valid_utf8(v->s)) fail("string is not valid UTF-8");
+        v->set_s(b.as_chars());
+        if (kind == ValueKind::string && !pickle_text::valid_utf8(v->s())) fail("string is not valid UTF-8");
         return v;
     }
     Value* make_int_bytes(ByteView b) {
@@ -107,13 +107,13 @@ private:
             return m_arena.integer(static_cast<int64_t>(u), m_op_offset);
         }
         Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
-        v->s = b.as_chars();
+        v->set_s(b.as_chars());
         return v;
     }
     Value* push_integer(const pickle_text::Integer& n) {
         if (n.fits) return m_arena.integer(n.small, m_op_offset);
         Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
-        v->s = m_arena.own(n.big);
+        v->set_s(m_arena.own(n.big));
         return v;
     }
     Value* parse_int_line(std::string_view line) {
@@ -136,7 +136,7 @@ private:
         if (!pickle_text::valid_utf8(module) || !pickle_text::valid_utf8(name)) fail("global name is not valid UTF-8");
         Value* g = m_arena.make(ValueKind::global, m_op_offset);
         std::string mod = python3_module(module);
-        g->s = mod == module ? module : m_arena.own(std::move(mod));
+        g->set_s(mod == module ? module : m_arena.own(std::move(mod)));
         g->s2 = name;
         Value* out = m_hooks.global(g, module);
         return out ? out : g;
@@ -144,8 +144,8 @@ private:
     Value* make_object(MakeHow how, Value* callable, Value* args, Value* kwargs) {
         Value* o = m_arena.make(ValueKind::object, m_op_offset);
         o->how = how;
-        o->callable = callable;
-        o->args = args;
+        o->set_callable(callable);
+        o->set_args(args);
         adopt(o, callable);
         adopt(o, args);
         if (kwargs) adopt(o, kwargs);
@@ -206,20 +206,19 @@ private:
             m_hooks.mutate(target, m_op, m_op_offset);
         else if (target->kind != ValueKind::dict)
             fail("SETITEM on a " + type_name(target));
-        check_size(target->entries.size() + kv.size());
+        check_size(target->entries().size() + kv.size());
         for (size_t n = 0; n < kv.size(); n += 2) {
             require_hashable(kv[n]);
             adopt(target, kv[n]);
             adopt(target, kv[n + 1]);
             auto [pos, fresh] = m_dict_keys.place(target, kv[n]);
             if (!fresh) {
-                target->entries.set(pos + 1, kv[n + 1]);
+                target->set_entry(pos + 1, kv[n + 1]);
                 if (key_pos) m_trace->key_sites.push_back({target, pos / 2, kv[n], key_pos[n]});
                 continue;
             }
-            if (key_pos) m_trace->key_sites.push_back({target, target->entries.size() / 2, kv[n], key_pos[n]});
-            m_arena.append(target->entries, kv[n]);
-            m_arena.append(target->entries, kv[n + 1]);
+            if (key_pos) m_trace->key_sites.push_back({target, target->entries().size() / 2, kv[n], key_pos[n]});
+            m_arena.append_entry(target, kv[n], kv[n + 1]);
         }
     }
     // A dict key or set item Python can hash: CPython raises TypeError on a list, dict, set or
@@ -229,7 +228,7 @@ private:
             case ValueKind::list: case ValueKind::dict: case ValueKind::set: case ValueKind::bytearray:
                 fail("a " + type_name(v) + " used as a dict key or set item (unhashable: the unpickler raises TypeError)");
             case ValueKind::tuple:
-                for (const Value* x : v->items) require_hashable(x);
+                for (const Value* x : v->items()) require_hashable(x);
                 return;
             default: return;
         }
@@ -239,10 +238,10 @@ private:
             m_hooks.mutate(target, m_op, m_op_offset);
         else if (target->kind != ValueKind::list)
             fail("APPEND on a " + type_name(target));
-        check_size(target->items.size() + items.size());
+        check_size(target->items().size() + items.size());
         for (Value* v : items) {
             adopt(target, v);
-            m_arena.append(target->items, v);
+            m_arena.append_item(target, v);
         }
     }
 
@@ -314,13 +313,13 @@ PickleResult Machine::run() {
                 double d = std::strtod(text.c_str(), &end);
                 if (text.empty() || *end != '\0') fail("bad float literal");
                 Value* v = m_arena.make(ValueKind::floating, m_op_offset);
-                v->f = d;
+                v->set_f(d);
                 push(v);
                 break;
             }
             case 'G': {
                 Value* v = m_arena.make(ValueKind::floating, m_op_offset);
-                v->f = m_in.f64be();
+                v->set_f(m_in.f64be());
                 push(v);
                 break;
             }
@@ -338,7 +337,7 @@ PickleResult Machine::run() {
             }
             case 'S': {
                 Value* v = m_arena.make(ValueKind::string, m_op_offset);
-                v->s = unescape(pickle_text::string_literal, m_in.line());
+                v->set_s(unescape(pickle_text::string_literal, m_in.line()));
                 push(v);
                 break;
             }
@@ -351,7 +350,7 @@ PickleResult Machine::run() {
             case 'U': push(make_string(ValueKind::string, m_in.bytes(m_in.u8()))); break;
             case 'V': {
                 Value* v = m_arena.make(ValueKind::string, m_op_offset);
-                v->s = unescape(pickle_text::raw_unicode, m_in.line());
+                v->set_s(unescape(pickle_text::raw_unicode, m_in.line()));
                 push(v);
                 break;
             }
@@ -410,12 +409,12 @@ PickleResult Machine::run() {
                 Value* s = top();
                 if (s->kind == ValueKind::global || s->kind == ValueKind::object) m_hooks.mutate(s, op, m_op_offset);
                 else if (s->kind != ValueKind::set) fail("ADDITEMS on a " + type_name(s));
-                check_size(s->items.size() + items.size());
+                check_size(s->items().size() + items.size());
                 for (Value* v : items) {
                     require_hashable(v);
                     adopt(s, v);
                 }
-                m_arena.append(s->items, items);
+                m_arena.append_items(s, items);
                 break;
             }
             case 'a': { Value* v = pop(); append_items(top(), {&v, 1}); break; }
@@ -440,7 +439,7 @@ PickleResult Machine::run() {
                 Value* name = pop();
                 Value* module = pop();
                 bool strings = module->kind == ValueKind::string && name->kind == ValueKind::string;
-                Value* v = strings ? make_global(module->s, name->s) : m_hooks.computed_global(module, name, m_op_offset);
+                Value* v = strings ? make_global(module->s(), name->s()) : m_hooks.computed_global(module, name, m_op_offset);
                 if (!v) fail("STACK_GLOBAL needs two strings");
                 push(v);
                 break;
@@ -495,7 +494,7 @@ PickleResult Machine::run() {
                 adopt(target, state);
                 if (target->state && target->state->kind == ValueKind::dict &&
                     state->kind == ValueKind::dict) {
-                    set_items(target->state, state->entries);
+                    set_items(target->state, state->entries());
                 } else {
                     target->state = state;
                 }
@@ -510,7 +509,7 @@ PickleResult Machine::run() {
             case 'j': push(traced_get(memo_get(m_in.u32le()))); break;
             case 'P': {
                 Value* pid = m_arena.make(ValueKind::string, m_op_offset);
-                pid->s = m_in.line();
+                pid->set_s(m_in.line());
                 ++m_hook_calls;
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;

@@ -72,11 +72,11 @@ struct PickleTrace {
         uint64_t view_pos;       // legacy 6-tuples: the opcode that pushed the sixth (view metadata), else 0
         // A tuple's of two or more items; its class is marked shared (read after the run: never taken back).
         static PersistentIdSite of(const Value& tuple, uint64_t type_pos, uint64_t view_pos) {
-            const ValueList& it = tuple.items;
+            ValueSpan it = tuple.items();
             bool has_key = it.size() > 2 && it[2]->kind == ValueKind::string;
             it[1]->shared = true;
-            return {it[0]->kind == ValueKind::string ? it[0]->s : std::string_view(), it[1],
-                    has_key ? it[2]->s : std::string_view(), has_key, type_pos, view_pos};
+            return {it[0]->kind == ValueKind::string ? it[0]->s() : std::string_view(), it[1],
+                    has_key ? it[2]->s() : std::string_view(), has_key, type_pos, view_pos};
         }
     };
     struct StackGlobal {

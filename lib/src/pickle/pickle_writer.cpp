@@ -139,7 +139,7 @@ bool tree_writable(const Value* v) {
             case ValueKind::dict: {
                 if (depth > 1000 || !open.insert(x).second) return false;
                 bool r = true;
-                for (const Value* i : x->kind == ValueKind::dict ? x->entries : x->items) r = r && ok(i, depth + 1);
+                for (const Value* i : x->kind == ValueKind::dict ? x->entries() : x->items()) r = r && ok(i, depth + 1);
                 open.erase(x);
                 return r;
             }
@@ -157,7 +157,7 @@ std::string tree_pickle(const std::vector<TreeEntry>& top, const std::function<c
     w.op('\x80');
     w.out += '\x02';
     std::function<void(const Value*, const std::string&)> value;
-    auto items = [&](const ValueList& list, const std::string& path) {
+    auto items = [&](ValueSpan list, const std::string& path) {
         for (size_t i = 0; i < list.size(); ++i) {
             if (!tree_writable(list[i]))
                 throw Error(ErrorKind::unsupported, "", path + "[" + std::to_string(i) + "] is " + repr(list[i], 60) + ", which a plain torch.save file cannot hold");
@@ -185,35 +185,36 @@ std::string tree_pickle(const std::vector<TreeEntry>& top, const std::function<c
     value = [&](const Value* v, const std::string& path) {
         switch (v->kind) {
             case ValueKind::none: w.op('N'); return;
-            case ValueKind::boolean: w.op(v->i ? '\x88' : '\x89'); return;
-            case ValueKind::integer: w.integer(v->i); return;
+            case ValueKind::boolean: w.op(v->i() ? '\x88' : '\x89'); return;
+            case ValueKind::integer: w.integer(v->i()); return;
             case ValueKind::big_integer:  // LONG4 of its little-endian bytes
                 w.op('\x8b');
-                w.u32(static_cast<uint32_t>(v->s.size()));
-                w.out += v->s;
+                w.u32(static_cast<uint32_t>(v->s().size()));
+                w.out += v->s();
                 return;
             case ValueKind::floating: {
                 w.op('G');
                 uint64_t bits;
-                std::memcpy(&bits, &v->f, 8);
+                double d = v->f();
+                std::memcpy(&bits, &d, 8);
                 for (int i = 7; i >= 0; --i) w.out += static_cast<char>((bits >> (8 * i)) & 0xff);
                 return;
             }
-            case ValueKind::string: w.str(std::string(v->s)); return;
+            case ValueKind::string: w.str(std::string(v->s())); return;
             case ValueKind::bytes:  // BINBYTES (protocol 3's opcode; every unpickler reads it)
                 w.op('B');
-                w.u32(static_cast<uint32_t>(v->s.size()));
-                w.out += v->s;
+                w.u32(static_cast<uint32_t>(v->s().size()));
+                w.out += v->s();
                 w.put();
                 return;
             case ValueKind::dtype: w.global("torch", std::string(v->s2)); return;
-            case ValueKind::tensor: tensor(w, tensor_of(static_cast<size_t>(v->i))); return;
+            case ValueKind::tensor: tensor(w, tensor_of(static_cast<size_t>(v->i()))); return;
             case ValueKind::tuple:
                 if (v->s2 == "torch.Size") {
                     w.global("torch", "Size");
                     w.op('(');
                     w.op('(');
-                    items(v->items, path);
+                    items(v->items(), path);
                     w.op('t');
                     w.op('t');
                     w.op('R');
@@ -221,25 +222,25 @@ std::string tree_pickle(const std::vector<TreeEntry>& top, const std::function<c
                     return;
                 }
                 w.op('(');
-                items(v->items, path);
+                items(v->items(), path);
                 w.op('t');
                 w.put();
                 return;
             case ValueKind::list:
                 w.op(']');
                 w.put();
-                if (!v->items.empty()) {
+                if (!v->items().empty()) {
                     w.op('(');
-                    items(v->items, path);
+                    items(v->items(), path);
                     w.op('e');
                 }
                 return;
             case ValueKind::set: case ValueKind::frozenset:
                 w.global("builtins", v->kind == ValueKind::set ? "set" : "frozenset");
                 w.op(']');
-                if (!v->items.empty()) {
+                if (!v->items().empty()) {
                     w.op('(');
-                    items(v->items, path);
+                    items(v->items(), path);
                     w.op('e');
                 }
                 w.op('\x85');
@@ -260,7 +261,7 @@ std::string tree_pickle(const std::vector<TreeEntry>& top, const std::function<c
                 for (size_t i = 0; i < v->dict_size(); ++i) {
                     const Value* k = v->dict_key(i);
                     bool text = k->kind == ValueKind::string;
-                    std::string name = text ? std::string(k->s) : repr(k, 60);
+                    std::string name = text ? std::string(k->s()) : repr(k, 60);
                     if (text && v == renamed) name = rename(name);
                     kv.push_back({name, v->dict_value(i)});
                     keys.push_back(text ? nullptr : k);

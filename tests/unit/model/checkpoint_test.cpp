@@ -45,9 +45,9 @@ void check_memoized_size(const Checkpoint& c, size_t at) {
     CHECK(c.entries()[at].key == "shape_of_a");
     const Value* shape = c.entries()[at].value;
     REQUIRE(shape->kind == ValueKind::tuple);
-    REQUIRE(shape->items.size() == 1);
-    CHECK(shape->items[0]->kind == ValueKind::integer);
-    CHECK(shape->items[0]->i == 300);
+    REQUIRE(shape->items().size() == 1);
+    CHECK(shape->items()[0]->kind == ValueKind::integer);
+    CHECK(shape->items()[0]->i() == 300);
 }
 
 // Opened with a trace: every persistent id it recorded is still what its ('storage', class, key, …)

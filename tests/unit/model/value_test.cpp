@@ -13,20 +13,28 @@
 using namespace ckpt;
 using testing::PickleBuilder;
 
+namespace {
+Value* tuple_of(ValueArena& arena, ValueSpan items) {
+    Value* t = arena.make(ValueKind::tuple);
+    arena.set_items(t, items);
+    return t;
+}
+}  // namespace
+
 TEST_CASE("value: lists grow in the arena and keep their elements in order") {
     ValueArena arena;
-    ValueList list;
+    Value* list = arena.make(ValueKind::list);
     // Past the slot blocks' doubling and past the size that gets a block of its own (65,536).
-    for (int64_t n = 0; n < 200'000; ++n) arena.append(list, arena.integer(n, 0));
-    REQUIRE(list.size() == 200'000);
+    for (int64_t n = 0; n < 200'000; ++n) arena.append_item(list, arena.integer(n, 0));
+    REQUIRE(list->items().size() == 200'000);
     bool in_order = true;
-    for (int64_t n = 0; n < 200'000; ++n) in_order = in_order && list[static_cast<size_t>(n)]->i == n;
+    for (int64_t n = 0; n < 200'000; ++n) in_order = in_order && list->items()[static_cast<size_t>(n)]->i() == n;
     CHECK(in_order);
     Value* three[3] = {arena.none(), arena.boolean(true), arena.integer(7, 0)};
-    ValueList tuple = arena.list_of({three, 3});
-    REQUIRE(tuple.size() == 3);
-    CHECK(tuple[2]->i == 7);
-    CHECK(arena.list_of(ValueSpan()).empty());
+    Value* tuple = tuple_of(arena, {three, 3});
+    REQUIRE(tuple->items().size() == 3);
+    CHECK(tuple->items()[2]->i() == 7);
+    CHECK(tuple_of(arena, ValueSpan())->items().empty());
 }
 
 TEST_CASE("value: a first list larger than the first slot block gets room for all its items") {
@@ -35,30 +43,109 @@ TEST_CASE("value: a first list larger than the first slot block gets room for al
         ValueArena arena;
         std::vector<Value*> items;
         for (size_t i = 0; i < n; ++i) items.push_back(arena.integer(static_cast<int64_t>(i), 0));
-        ValueList first = arena.list_of(ValueSpan(items.data(), items.size()));
-        ValueList next = arena.list_of(ValueSpan(items.data(), 3));  // from the same block, after it
-        ValueList grown;
-        for (size_t i = 0; i < n; ++i) arena.append(grown, items[i]);
-        bool same = first.size() == n && grown.size() == n;
-        for (size_t i = 0; same && i < n; ++i) same = first[i] == items[i] && grown[i] == items[i];
+        ValueSpan first = tuple_of(arena, ValueSpan(items.data(), items.size()))->items();
+        ValueSpan next = tuple_of(arena, ValueSpan(items.data(), 3))->items();  // from the same block, after it
+        Value* grown = arena.make(ValueKind::list);
+        for (size_t i = 0; i < n; ++i) arena.append_item(grown, items[i]);
+        bool same = first.size() == n && grown->items().size() == n;
+        for (size_t i = 0; same && i < n; ++i) same = first[i] == items[i] && grown->items()[i] == items[i];
         CHECK(same);
         CHECK((next.size() == 3 && next[0] == items[0] && next[2] == items[2]));
     }
 }
 
-TEST_CASE("value: a list copied with list_of keeps its elements while the original grows on") {
+TEST_CASE("value: a list copied with set_items keeps its elements while the original grows on") {
     // torch's builtins.set(list) becomes a set whose items are a copy of the list's: appends to the
     // list, which move it to bigger slots and give its old pages back, leave the copy as it was.
     ValueArena arena;
-    ValueList list;
-    for (int64_t n = 0; n < 20'000; ++n) arena.append(list, arena.integer(n, 0));
-    ValueList copy = arena.list_of(list);
-    for (int64_t n = 20'000; n < 100'000; ++n) arena.append(list, arena.integer(n, 0));
+    Value* list = arena.make(ValueKind::list);
+    for (int64_t n = 0; n < 20'000; ++n) arena.append_item(list, arena.integer(n, 0));
+    Value* set = arena.make(ValueKind::set);
+    arena.set_items(set, list->items());
+    for (int64_t n = 20'000; n < 100'000; ++n) arena.append_item(list, arena.integer(n, 0));
+    ValueSpan copy = set->items();
     REQUIRE(copy.size() == 20'000);
-    REQUIRE(list.size() == 100'000);
+    REQUIRE(list->items().size() == 100'000);
     bool same = true;
-    for (size_t n = 0; n < copy.size(); ++n) same = same && copy[n]->i == static_cast<int64_t>(n) && list[n] == copy[n];
+    for (size_t n = 0; n < copy.size(); ++n) same = same && copy[n]->i() == static_cast<int64_t>(n) && list->items()[n] == copy[n];
     CHECK(same);
+}
+
+TEST_CASE("value: 64 bytes, each kind reading only what it holds") {
+    // Values share room by kind: what a kind does not hold reads as empty, as the fields of a
+    // bigger value did, never as another kind's bytes.
+    STATIC_REQUIRE(sizeof(Value) == 64);
+    ValueArena arena;
+    Value* str = arena.make(ValueKind::string);
+    str->set_s("module.conv.weight");
+    CHECK(str->s() == "module.conv.weight");
+    CHECK(str->i() == 0);
+    CHECK(str->items().empty());
+    CHECK(str->entries().empty());
+    CHECK(str->callable() == nullptr);
+    CHECK(str->args() == nullptr);
+    CHECK_THROWS_AS(str->set_callable(str), std::logic_error);  // no room: refused, nothing written
+    CHECK(str->s() == "module.conv.weight");
+
+    Value* items[2] = {arena.integer(1000, 0), str};
+    Value* t = tuple_of(arena, {items, 2});
+    CHECK(t->s().empty());  // its room holds its list
+    CHECK(t->i() == 0);
+    CHECK(t->f() == 0);
+    CHECK(t->entries().empty());
+    CHECK_THROWS_AS(t->set_s("x"), std::logic_error);
+    CHECK_THROWS_AS(t->set_i(3), std::logic_error);
+    CHECK(t->items().size() == 2);
+
+    Value* d = arena.make(ValueKind::dict);
+    arena.append_entry(d, str, t);
+    CHECK(d->items().empty());
+    REQUIRE(d->dict_size() == 1);
+    CHECK(d->get("module.conv.weight") == t);
+    CHECK_THROWS_AS(arena.append_item(d, t), std::logic_error);
+
+    Value* z = arena.make(ValueKind::complex);
+    z->set_f(1.5);
+    z->set_f2(-2.25);
+    CHECK(z->f() == 1.5);
+    CHECK(z->f2() == -2.25);
+    CHECK(z->s().empty());  // its imaginary part is not text
+
+    // An object (or a global) holds its call, and items and entries made on its first APPENDS or
+    // SETITEMS; a global's lists do not disturb its names.
+    Value* g = arena.make(ValueKind::global);
+    g->set_s("collections");
+    g->s2 = "OrderedDict";
+    Value* o = arena.make(ValueKind::object);
+    o->set_callable(g);
+    o->set_args(t);
+    CHECK(o->items().empty());
+    arena.append_entry(o, str, d);
+    arena.append_item(o, t);
+    arena.append_item(g, str);
+    arena.append_entry(g, str, str);
+    CHECK(o->callable() == g);
+    CHECK(o->args() == t);
+    CHECK((o->items().size() == 1 && o->items()[0] == t));
+    CHECK((o->entries().size() == 2 && o->entries()[1] == d));
+    CHECK((g->s() == "collections" && g->s2 == "OrderedDict"));
+    CHECK((g->items().size() == 1 && g->entries().size() == 2));
+    CHECK(o->s().empty());
+    CHECK(o->i() == 0);
+
+    // A copy's shell holds the value's own number and texts, in its own arena, and no children.
+    ValueArena other;
+    Value* st = arena.make(ValueKind::storage);
+    st->set_i(7);
+    st->set_s("float32, 16 elements");
+    st->s2 = "0";
+    Value* sc = other.copy_shell(st);
+    CHECK((sc->kind == ValueKind::storage && sc->i() == 7 && sc->s() == st->s() && sc->s2 == "0"));
+    CHECK(sc->s().data() != st->s().data());
+    Value* zc = other.copy_shell(z);
+    CHECK((zc->f() == 1.5 && zc->f2() == -2.25));
+    Value* oc = other.copy_shell(o);
+    CHECK((oc->callable() == nullptr && oc->items().empty() && oc->entries().empty()));
 }
 
 TEST_CASE("value: the VM builds large lists and dicts through APPENDS and SETITEMS batches") {
@@ -82,13 +169,13 @@ TEST_CASE("value: the VM builds large lists and dicts through APPENDS and SETITE
     PickleHooks hooks;
     Value* root = run_pickle({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, arena, hooks, "t.pkl").root;
     REQUIRE(root->dict_size() == k_keys + 1);
-    CHECK(root->dict_key(69'999)->s == "k69999");
-    CHECK(root->dict_value(69'999)->i == 69'999);
-    CHECK(root->get("k5")->i == -5);
+    CHECK(root->dict_key(69'999)->s() == "k69999");
+    CHECK(root->dict_value(69'999)->i() == 69'999);
+    CHECK(root->get("k5")->i() == -5);
     const Value* list = root->get("list");
     REQUIRE(list);
-    REQUIRE(list->items.size() == 3000);
-    CHECK(list->items[2999]->i == 2999);
+    REQUIRE(list->items().size() == 3000);
+    CHECK(list->items()[2999]->i() == 2999);
 }
 
 TEST_CASE("value: a big pickle is built by one thread when no other can be started") {
@@ -114,11 +201,7 @@ TEST_CASE("value: a big pickle is built by one thread when no other can be start
 
 TEST_CASE("value: recycled values are handed out again, shared ones and constants never") {
     ValueArena arena;
-    auto tuple_of = [&](std::vector<Value*> items) {
-        Value* t = arena.make(ValueKind::tuple);
-        t->items = arena.list_of(ValueSpan(items.data(), items.size()));
-        return t;
-    };
+    auto tuple_of = [&](std::vector<Value*> items) { return ::tuple_of(arena, ValueSpan(items.data(), items.size())); };
     Value* big = arena.integer(1000, 0);
     Value* kept = arena.integer(2000, 0);
     kept->shared = true;  // memoized and fetched again
@@ -132,10 +215,10 @@ TEST_CASE("value: recycled values are handed out again, shared ones and constant
     CHECK(std::count(again.begin(), again.end(), big) == 1);
     CHECK(std::count(again.begin(), again.end(), kept) == 0);
     CHECK(kept->kind == ValueKind::integer);
-    CHECK(kept->i == 2000);
-    CHECK(arena.integer(3, 0)->i == 3);
+    CHECK(kept->i() == 2000);
+    CHECK(arena.integer(3, 0)->i() == 3);
     CHECK(arena.none()->kind == ValueKind::none);
-    for (Value* v : again) CHECK((v->kind == ValueKind::string && !v->shared && v->items.empty()));
+    for (Value* v : again) CHECK((v->kind == ValueKind::string && !v->shared && v->items().empty()));
     // Kinds a hook may hold on to are never taken back.
     Value* global = arena.make(ValueKind::global);
     Value* tensor = arena.make(ValueKind::tensor);
@@ -158,16 +241,16 @@ TEST_CASE("value: recycled values are handed out again, shared ones and constant
     Value* gone = tuple_of({arena.integer(1001, 0), arena.integer(1002, 0), arena.integer(1003, 0)});
     Value* kept_tuple = tuple_of({arena.integer(1001, 0), arena.integer(1002, 0), arena.integer(1003, 0)});
     kept_tuple->shared = true;
-    Value* const* gone_slots = gone->items.begin();
+    Value* const* gone_slots = gone->items().begin();
     arena.recycle(gone);
     Value* fresh = tuple_of({arena.none(), arena.none(), arena.none()});
-    CHECK(fresh->items.begin() == gone_slots);
-    CHECK(fresh->items.size() == 3);
-    CHECK(fresh->items[0] == arena.none());
+    CHECK(fresh->items().begin() == gone_slots);
+    CHECK(fresh->items().size() == 3);
+    CHECK(fresh->items()[0] == arena.none());
     arena.recycle(kept_tuple);
     Value* other = tuple_of({arena.none(), arena.none(), arena.none()});
-    CHECK(other->items.begin() != kept_tuple->items.begin());
-    CHECK(kept_tuple->items[1]->i == 1002);
+    CHECK(other->items().begin() != kept_tuple->items().begin());
+    CHECK(kept_tuple->items()[1]->i() == 1002);
 }
 
 TEST_CASE("dims: two in place, more on the heap, and a copy or move of either is its own") {

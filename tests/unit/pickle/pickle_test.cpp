@@ -60,8 +60,8 @@ TEST_CASE("pickle: memo, DUP, POP and the mark stack") {
     PickleBuilder p;
     p.proto(2).mark().str("shared").binput(1).binget(1).op('2').op('0').tuple().stop();
     Run r(p.bytes());
-    REQUIRE(r.root->items.size() == 2);
-    CHECK(r.root->items[0] == r.root->items[1]);  // the memo gives the same object back
+    REQUIRE(r.root->items().size() == 2);
+    CHECK(r.root->items()[0] == r.root->items()[1]);  // the memo gives the same object back
 }
 
 TEST_CASE("pickle: the memo keeps what a GET fetches and counts every put") {
@@ -77,16 +77,16 @@ TEST_CASE("pickle: the memo keeps what a GET fetches and counts every put") {
     p.tuple().stop();
     std::string bytes = p.bytes();
     Run r(bytes);
-    REQUIRE(r.root->items.size() == 305);
-    CHECK(r.root->items[300] == r.root->items[7]);
-    CHECK(r.root->items[301] == r.root->items[255]);
-    CHECK(repr(r.root->items[255], 10) == "255");
-    CHECK(r.root->items[302] == r.root->items[303]);
-    CHECK(r.root->items[304] == r.root->items[302]);
-    CHECK(repr(r.root->items[304], 10) == "'last'");
+    REQUIRE(r.root->items().size() == 305);
+    CHECK(r.root->items()[300] == r.root->items()[7]);
+    CHECK(r.root->items()[301] == r.root->items()[255]);
+    CHECK(repr(r.root->items()[255], 10) == "255");
+    CHECK(r.root->items()[302] == r.root->items()[303]);
+    CHECK(r.root->items()[304] == r.root->items()[302]);
+    CHECK(repr(r.root->items()[304], 10) == "'last'");
     PickleLimits limits;
     limits.max_memo = 301;  // entries 0 … 300: the re-put of 7 is not one more
-    CHECK(Run(bytes, limits).root->items.size() == 305);
+    CHECK(Run(bytes, limits).root->items().size() == 305);
     limits.max_memo = 300;
     CHECK(error_of(bytes, nullptr, limits) == ErrorKind::limit);
 }
@@ -155,7 +155,7 @@ TEST_CASE("pickle: globals are inert; REDUCE of an unknown callable keeps class 
     p.proto(2).global("posix", "system").mark().str("touch /tmp/x").tuple().reduce().stop();
     Run r(p.bytes());
     REQUIRE(r.root->kind == ValueKind::object);
-    CHECK(global_name(r.root->callable) == "posix.system");
+    CHECK(global_name(r.root->callable()) == "posix.system");
     CHECK(repr(r.root) == "posix.system('touch /tmp/x')");
 }
 
@@ -171,8 +171,8 @@ TEST_CASE("pickle: a list that contains itself is built, shown and freed without
     PickleBuilder p;
     p.proto(2).empty_list().binput(0).binget(0).op('a').stop();
     Run r(p.bytes());
-    REQUIRE(r.root->items.size() == 1);
-    CHECK(r.root->items[0] == r.root);
+    REQUIRE(r.root->items().size() == 1);
+    CHECK(r.root->items()[0] == r.root);
     CHECK(repr(r.root) == "[…]");
 }
 
@@ -239,10 +239,10 @@ TEST_CASE("pickle: the empty tuple is one shared value that no opcode can change
     // Every tensor's OrderedDict() call pushes one: they share a constant, as ints 0..255 do.
     Run r("\x80\x02))\x86q\x01.");
     REQUIRE(r.root->kind == ValueKind::tuple);
-    REQUIRE(r.root->items.size() == 2);
-    CHECK(r.root->items[0] == r.root->items[1]);
-    CHECK(r.root->items[0] == r.arena.empty_tuple());
-    CHECK(r.arena.empty_tuple()->items.empty());
+    REQUIRE(r.root->items().size() == 2);
+    CHECK(r.root->items()[0] == r.root->items()[1]);
+    CHECK(r.root->items()[0] == r.arena.empty_tuple());
+    CHECK(r.arena.empty_tuple()->items().empty());
     CHECK(error_of("\x80\x02)K\x01" "a.") == ErrorKind::corrupt);  // APPEND
     CHECK(error_of("\x80\x02)K\x01K\x02s.") == ErrorKind::corrupt);  // SETITEM
 }
