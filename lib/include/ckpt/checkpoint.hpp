@@ -277,6 +277,9 @@ public:
     const MappedFile& file() const;
     const ZipArchive& zip() const;
     ByteView pickle_bytes() const;
+    // Each opcode of that pickle, with where in it it first is, in the order of first use (as the
+    // pickle ran: no second walk of its bytes).
+    const std::vector<std::pair<uint8_t, uint64_t>>& pickle_opcodes() const;
     const std::string& pickle_record() const;
     // Null unless opened with trace_pickle.
     const PickleTrace* pickle_trace() const;

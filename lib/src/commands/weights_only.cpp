@@ -67,20 +67,8 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c) {
     std::vector<WeightsOnlyAnswer> out;
     bool applies = c.shards().empty() && (c.format() == Format::torch_zip || c.format() == Format::torchscript ||
                                           c.format() == Format::legacy);
-    // The opcodes used, each with where it first is (a walk of the pickle, nothing run).
-    std::vector<std::pair<uint8_t, uint64_t>> used;
-    if (applies) {
-        ByteView pk = c.pickle_bytes();
-        bool seen[256] = {};
-        for (uint64_t pos = 0; pos < pk.size;) {
-            uint8_t op = pk.data[pos];
-            uint64_t len = ops::length(pk, pos);
-            if (!len) break;
-            if (!seen[op]) used.push_back({op, pos}), seen[op] = true;
-            pos += len;
-            if (op == ops::STOP) break;
-        }
-    }
+    // The opcodes used, each with where it first is (as the pickle ran).
+    const std::vector<std::pair<uint8_t, uint64_t>>& used = c.pickle_opcodes();
     for (const Release& r : k_releases) {
         WeightsOnlyAnswer a;
         a.torch = r.name;

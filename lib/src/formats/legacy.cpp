@@ -51,7 +51,10 @@ void read_legacy(Checkpoint::Contents& c, const OpenOptions& options) {
         ByteView rest = *file.sub(at, file.size - at);
         PickleResult r = run_pickle(rest, c.arena, hooks, what, at, options.pickle_limits, trace);
         at += r.end;
-        if (what == "pickle") c.protocol = r.protocol;
+        if (what == "pickle") {
+            c.protocol = r.protocol;
+            c.pickle_opcodes = std::move(r.first_opcodes);
+        }
         return r.root;
     };
     const Value* magic = next("magic number", plain);

@@ -146,6 +146,7 @@ const MappedFile& Checkpoint::file() const { return *m->file; }
 const std::string& Checkpoint::pickle_record() const { return m->pickle_record; }
 const PickleTrace* Checkpoint::pickle_trace() const { return m->trace.get(); }
 ByteView Checkpoint::pickle_bytes() const { return m->pickle ? m->pickle->view() : ByteView{}; }
+const std::vector<std::pair<uint8_t, uint64_t>>& Checkpoint::pickle_opcodes() const { return m->pickle_opcodes; }
 uint64_t Checkpoint::file_size() const {
     if (m->dist) return m->dist->bytes;
     return m->span ? m->span : m->file ? m->file->size() : 0;

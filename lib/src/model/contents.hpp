@@ -31,6 +31,7 @@ struct Checkpoint::Contents {
     std::vector<std::pair<std::string, int>> type_sizes;  // legacy: sys_info's type_sizes
 
     std::unique_ptr<RecordData> pickle;  // torch.save's pickle as read
+    std::vector<std::pair<uint8_t, uint64_t>> pickle_opcodes;  // its PickleResult::first_opcodes (when `pickle` is set)
     std::string pickle_record;
     std::unique_ptr<PickleTrace> trace;
     uint8_t protocol = 0;

@@ -25,9 +25,10 @@ namespace {
 class Machine {
 public:
     Machine(ByteView data, ValueArena& arena, PickleHooks& hooks, const std::string& context,
-            uint64_t base, const PickleLimits& limits, PickleTrace* trace)
+            uint64_t base, const PickleLimits& limits, PickleTrace* trace, PickleProgress* progress)
         : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
-          m_limits(limits), m_trace(trace) {
+          m_limits(limits), m_trace(trace), m_data(data) {
+        if (progress && progress->done_with) m_done_with = &progress->done_with;
         // Recycling needs a map of the memo's fetches; a trace points only at what no hook gives back, or marks it shared.
         m_recycle = pickle_ops::memo_fetches(data, m_fetched);
     }
@@ -94,9 +95,12 @@ private:
         m_arena.set_items(v, items);
         return v;
     }
+    // A short text is copied into the arena (the data's pages may be given back behind the VM,
+    // PickleProgress::done_with); a long one stays a view of the data.
+    std::string_view keep(std::string_view text) { return text.size() <= k_copied_text ? m_arena.own(text) : text; }
     Value* make_string(ValueKind kind, ByteView b) {
         Value* v = m_arena.make(kind, m_op_offset);
-        v->set_s(b.as_chars());
+        v->set_s(keep(b.as_chars()));
         if (kind == ValueKind::string && !pickle_text::valid_utf8(v->s())) fail("string is not valid UTF-8");
         return v;
     }
@@ -107,7 +111,7 @@ private:
             return m_arena.integer(static_cast<int64_t>(u), m_op_offset);
         }
         Value* v = m_arena.make(ValueKind::big_integer, m_op_offset);
-        v->set_s(b.as_chars());
+        v->set_s(keep(b.as_chars()));
         return v;
     }
     Value* push_integer(const pickle_text::Integer& n) {
@@ -136,8 +140,8 @@ private:
         if (!pickle_text::valid_utf8(module) || !pickle_text::valid_utf8(name)) fail("global name is not valid UTF-8");
         Value* g = m_arena.make(ValueKind::global, m_op_offset);
         std::string mod = python3_module(module);
-        g->set_s(mod == module ? module : m_arena.own(std::move(mod)));
-        g->s2 = name;
+        g->set_s(mod == module ? keep(module) : m_arena.own(std::move(mod)));
+        g->s2 = keep(name);
         Value* out = m_hooks.global(g, module);
         return out ? out : g;
     }
@@ -263,6 +267,12 @@ private:
     uint8_t m_op = 0;                     // the opcode being run
     uint64_t m_done = 0;                  // opcodes completed (PickleProgress)
     PickleTrace* m_trace;
+    ByteView m_data;
+    bool m_ran[256] = {};  // opcodes run so far (PickleResult::first_opcodes)
+    const std::function<void(ByteView)>* m_done_with = nullptr;  // PickleProgress::done_with
+    uint64_t m_given_back = 0;  // the data before this was handed to it
+    static constexpr size_t k_copied_text = 4096;
+    static constexpr uint64_t k_give_back_step = 1u << 20;
     std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
     std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
     const Value* m_last_tuple = nullptr;  // tracing: the last MARK … TUPLE, and where its items came from
@@ -281,8 +291,19 @@ PickleResult Machine::run() {
     for (;; ++m_done) {
         m_op_offset = m_in.file_offset();
         m_op_pos = m_in.pos();
+        if (m_done_with && m_op_pos - m_given_back >= 2 * k_give_back_step) {
+            // What lies a step behind this opcode is done with (a step's lag: a long text's view is
+            // read again where it is used, and its pages come back then).
+            uint64_t to = m_op_pos - k_give_back_step;
+            (*m_done_with)(ByteView{m_data.data + m_given_back, to - m_given_back});
+            m_given_back = to;
+        }
         if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
         uint8_t op = m_op = m_in.u8();
+        if (!m_ran[op]) {
+            m_ran[op] = true;
+            result.first_opcodes.push_back({op, m_op_pos});
+        }
         switch (op) {
             case 0x80: result.protocol = m_in.u8(); if (result.protocol > 5) fail("unknown protocol " + std::to_string(result.protocol)); break;
             case 0x95: {  // FRAME: the next N bytes must be there (Modules/_pickle.c reads them ahead)
@@ -509,7 +530,7 @@ PickleResult Machine::run() {
             case 'j': push(traced_get(memo_get(m_in.u32le()))); break;
             case 'P': {
                 Value* pid = m_arena.make(ValueKind::string, m_op_offset);
-                pid->set_s(m_in.line());
+                pid->set_s(keep(m_in.line()));
                 ++m_hook_calls;
                 push(m_hooks.persistent_load(pid, m_op_offset));
                 break;
@@ -549,7 +570,7 @@ PickleResult Machine::run() {
 PickleResult run_pickle(ByteView data, ValueArena& arena, PickleHooks& hooks,
                         const std::string& context, uint64_t base, PickleLimits limits,
                         PickleTrace* trace, PickleProgress* progress) {
-    Machine m(data, arena, hooks, context, base, limits, trace);
+    Machine m(data, arena, hooks, context, base, limits, trace, progress);
     arena.set_recycling(m.recycles());
     try {
         PickleResult r = m.run();

@@ -4,6 +4,9 @@
 // keeps its class, arguments and state. Caps on depth, memo and sizes turn hostile input into an Error.
 #pragma once
 
+#include <functional>
+#include <utility>
+
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -97,6 +100,9 @@ struct PickleResult {
     Value* root = nullptr;
     uint8_t protocol = 0;     // from PROTO, 0 when absent
     uint64_t end = 0;         // bytes consumed (up to and including STOP)
+    // Each opcode the VM ran, with where (in the data) it first ran, in the order of first use: what
+    // a weights-only unpickler would meet, without a second walk of the data.
+    std::vector<std::pair<uint8_t, uint64_t>> first_opcodes;
 };
 
 // How far the VM got, filled in also when it throws: a scanner that catches the Error learns how
@@ -104,6 +110,10 @@ struct PickleResult {
 // not be read, so the data is no pickle at all).
 struct PickleProgress {
     uint64_t opcodes = 0;  // opcodes completed
+    // When set, called now and then (each MiB) with the bytes of the data the VM is done with: it
+    // never reads them again, and the values keep copies of the short texts in them (a long one is
+    // still a view, read again where it is used). A reader of a mapped file gives their pages back.
+    std::function<void(ByteView)> done_with;
 };
 
 // Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and

@@ -377,3 +377,76 @@ TEST_CASE("pickle: the scanning hooks see what a checkpoint reader refuses") {
     CHECK(error_of("\x80\x04" "cbuiltins\nstr\n)R" "K\x01\x93.") == ErrorKind::corrupt);
     CHECK(error_of("\x80\x02\x82\x01.") == ErrorKind::unsupported);
 }
+
+TEST_CASE("pickle: the opcodes run, each where it first ran, as a walk of the data finds them") {
+    // weights_only's answers read them from the run instead of walking the pickle a second time.
+    PickleBuilder p;
+    p.proto(2).empty_dict().binput(0).mark();
+    p.str("a").integer(1);
+    p.str("b").empty_list().mark().integer(3).short_str("x").op('e');
+    p.str("c").op('G').raw(std::string("\x3f\xb9\x99\x99\x99\x99\x99\x9a", 8));
+    p.str("d").binget(0);
+    p.setitems().stop();
+    const std::string bytes = p.bytes();
+    ByteView data{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
+    ValueArena arena;
+    PickleHooks hooks;
+    PickleResult r = run_pickle(data, arena, hooks, "test.pkl");
+    std::vector<std::pair<uint8_t, uint64_t>> walked;
+    bool seen[256] = {};
+    for (uint64_t pos = 0; pos < data.size;) {
+        uint8_t op = data.data[pos];
+        if (!seen[op]) walked.push_back({op, pos}), seen[op] = true;
+        uint64_t len = traced_opcode_length(data, pos);
+        REQUIRE(len > 0);
+        pos += len;
+        if (op == '.') break;
+    }
+    REQUIRE(r.first_opcodes.size() >= 10);
+    CHECK(r.first_opcodes.front() == std::pair<uint8_t, uint64_t>{0x80, 0});
+    CHECK(r.first_opcodes.back().first == '.');
+    CHECK(r.first_opcodes.back().second == bytes.size() - 1);
+    CHECK(r.first_opcodes == walked);
+    // Each once, in the order of first use.
+    bool once[256] = {};
+    bool unique = true;
+    for (auto [op, pos] : r.first_opcodes) {
+        unique = unique && !once[op] && data.data[pos] == op;
+        once[op] = true;
+    }
+    CHECK(unique);
+}
+
+TEST_CASE("pickle: the data behind the VM is handed back in order, its short texts copied first") {
+    // A reader of a mapped file gives the pages of the pickle back as the VM goes: what the values
+    // keep of them must not be views of those bytes (a long text stays one, and is read again).
+    PickleBuilder p;
+    p.proto(2).empty_list().mark();
+    const std::string long_text(5000, 'L');
+    for (int n = 0; n < 120'000; ++n) p.str("layers." + std::to_string(n) + ".weight");
+    p.str(long_text);
+    p.op('e').stop();
+    const std::string bytes = p.bytes();
+    ByteView data{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
+    ValueArena arena;
+    PickleHooks hooks;
+    PickleProgress progress;
+    uint64_t next = 0;
+    bool in_order = true;
+    progress.done_with = [&](ByteView done) {
+        in_order = in_order && done.data == data.data + next && done.size > 0;
+        next += done.size;
+    };
+    Value* root = run_pickle(data, arena, hooks, "test.pkl", 0, {}, nullptr, &progress).root;
+    CHECK(in_order);
+    CHECK(next >= (1u << 20));        // 2.6 MB of pickle: at least a MiB handed back
+    CHECK(next <= bytes.size());
+    REQUIRE(root->items().size() == 120'001);
+    auto inside = [&](std::string_view s) { return s.data() >= bytes.data() && s.data() < bytes.data() + bytes.size(); };
+    bool copied = true;
+    for (size_t n = 0; n < 120'000; ++n) copied = copied && !inside(root->items()[n]->s());
+    CHECK(copied);
+    CHECK(root->items()[77]->s() == "layers.77.weight");
+    CHECK(root->items()[120'000]->s() == long_text);
+    CHECK(inside(root->items()[120'000]->s()));  // a long text stays a view
+}
