@@ -55,7 +55,7 @@ double Value::f2() const {
 }
 void Value::set_f2(double v) {
     if (kind != ValueKind::complex) no_room(this, "imaginary part");
-    std::memcpy(&m.text.s, &v, sizeof v);  // a complex holds no text: its room holds the imaginary part
+    std::memcpy(static_cast<void*>(&m.text.s), &v, sizeof v);  // a complex holds no text: its room holds the imaginary part
 }
 void Value::set_s(std::string_view v) {
     if (!holds_text()) no_room(this, "text");
@@ -278,11 +278,8 @@ std::pair<Value**, size_t> ValueArena::move_to_bigger(ValueList& list, size_t mo
 void ValueArena::release(Value** slots, size_t n) {
     // A big list's old slots are never handed out again (only small ones are, by the free lists):
     // their whole pages go back to the kernel. A root dict of 100,000 tensors leaves 1.5 MiB so.
-    constexpr uintptr_t page = 4096;
-    if (n * sizeof(Value*) < 16 * page) return;
-    uintptr_t begin = (reinterpret_cast<uintptr_t>(slots) + page - 1) & ~(page - 1);
-    uintptr_t end = (reinterpret_cast<uintptr_t>(slots + n)) & ~(page - 1);
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    if (n * sizeof(Value*) < 16 * 4096) return;
+    give_back_pages(slots, n * sizeof(Value*));
 }
 
 void ValueArena::pause() { m_ahead.reset(); }
