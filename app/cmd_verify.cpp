@@ -40,6 +40,7 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
         OutputFormat format = a->format.resolve();
         auto policy = a->allow.policy();
         a->options.policy = policy.get();
+        a->options.rows = format == OutputFormat::json;  // text and github print findings, no rows
         return annotating_errors(format, a->file, [&] {
             ckpt::OpenOptions open;
             if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;

@@ -298,6 +298,18 @@ def test_verify(s, g, f):
     o = same_as_json("drift", f["nudged"], f["fp"], titles={"drift": "verify: drift"})
     s.check(any(a["message"].startswith("head.weight: ") for a in o.annotations), "verify drift: names the tensor")
     same_as_json("CRC", f["crc"], titles={"crc_mismatch": "verify: CRC mismatch", "nan": "verify: NaN", "inf": "verify: Inf"})
+
+    # The text report keeps no rows (it prints none): its findings and tensor count are the JSON
+    # report's, taken as each tensor is read.
+    for name in ("bad", "crc", "plain"):
+        o = g.run("verify", f[name])
+        rc, j = g.report("verify", f[name])
+        lines = o.out.split("\n")
+        want_count = " %d tensors, " % len(j.get("tensors", []))
+        got = [re.sub(r"^  \S+  ", "", line) for line in lines[1:] if line.startswith("  ") and not line.startswith("  …")]
+        want = [x["message"] for x in j.get("findings", [])][:len(got)]
+        s.check(o.rc == rc and want_count in lines[0] and got == want and (rc == 0 or got),
+                "verify %s as text: exit %d/%d, %r\n  got %s\n  want %s" % (name, o.rc, rc, lines[0], got, want))
     o = same_as_json("the nasty key", f["odd"], f["plain"],
                      titles={"nan": "verify: NaN", "changed": "verify: changed tensor", "extra": "verify: extra tensor",
                              "missing": "verify: missing tensor", "drift": "verify: drift"})

@@ -256,6 +256,9 @@ public:
     const std::vector<RecordInfo>& records() const;
     RecordData record_data(size_t record) const;
     std::optional<size_t> record_index(std::string_view name) const;
+    // The record of a storage (Checkpoint::storages' index): record_index of its name, looked up once
+    // when the checkpoint opened (the names are the zip directory's, whose pages the open gave back).
+    std::optional<size_t> storage_record(size_t storage) const;
     // Where a record's bytes start in the file, when they are stored there as they are (not
     // DEFLATE): what the kernel can copy from without the bytes passing through this process.
     std::optional<uint64_t> record_file_offset(size_t record) const;

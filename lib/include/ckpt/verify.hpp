@@ -40,6 +40,10 @@ struct VerifyOptions {
     unsigned threads = 0;
     std::function<void(uint64_t, uint64_t)> progress;
     const GlobalPolicy* policy = &GlobalPolicy::standard();  // how globals are judged (--allow)
+    // Keep a row per tensor (VerifyReport::tensors: the JSON report's rows). Without a reference, a
+    // report that prints none (text, --format github) need not: each tensor's NaN/Inf findings are
+    // taken as it is read, and it is counted (100,000 rows were 25 MiB).
+    bool rows = true;
 };
 
 struct Finding {
@@ -66,7 +70,8 @@ struct VerifyReport {
     std::optional<std::string> reference;
     VerifyOptions options;
     std::vector<Finding> findings;       // integrity first, then drift worst first
-    std::vector<TensorVerdict> tensors;  // file order; missing ones (reference only) at the end
+    std::vector<TensorVerdict> tensors;  // file order; missing ones (reference only) at the end; empty unless options.rows
+    size_t tensors_read = 0;             // of this file (rows kept or not)
     size_t records_checked = 0;
     size_t records_without_crc = 0;  // zip records whose CRC-32 is 0: written without one (torch 2.x)
     uint64_t bytes_read = 0;

@@ -76,7 +76,7 @@ void cast_bytes(const TensorInfo& t, ByteView storage, DType to,
 
 ContentHash cast_hash(const Checkpoint& c, size_t ti, DType to) {
     const TensorInfo& t = c.tensors()[ti];
-    size_t record = *c.record_index(c.storages()[t.storage].record);
+    size_t record = *c.storage_record(t.storage);
     RecordData data = c.record_data(record);
     std::vector<uint8_t> bytes;
     cast_bytes(t, data.view(), to, [&](const uint8_t* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });

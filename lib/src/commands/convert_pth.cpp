@@ -66,7 +66,7 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
     ByteView pv{reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size()};
     w.add(root + "/data.pkl", pv, crc32_of(pv));
     for (size_t i = 0; i < storages.size(); ++i) {
-        size_t record = *c.record_index(c.storages()[storages[i]].record);
+        size_t record = *c.storage_record(storages[i]);
         const RecordInfo& rec = c.records()[record];
         std::string name = root + "/data/" + std::to_string(i);
         done += rec.size;
@@ -137,7 +137,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
         const TensorInfo& t = c.tensors()[item.tensor];
         if (!unit_of.emplace(t.storage, sizes.size()).second) continue;
         DType held = storage_dtype(c, rq, t.storage, t.dtype, untyped_as);
-        uint64_t bytes = c.records()[*c.record_index(c.storages()[t.storage].record)].size;
+        uint64_t bytes = c.records()[*c.storage_record(t.storage)].size;
         sizes.push_back(bytes / dtype_size(held) * dtype_size(out_dtype(rq, held)));
     }
     size_t count = 0;
@@ -251,7 +251,7 @@ void write_whole_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     constexpr size_t none = ~size_t{0};
     std::vector<size_t> cast_storage(c.records().size(), none);
     for (const auto& [s, to] : retype)
-        if (auto r = c.record_index(c.storages()[s].record)) cast_storage[*r] = s;
+        if (auto r = c.storage_record(s)) cast_storage[*r] = s;
     uint64_t total = 0, done = 0;
     for (const auto& rec : c.records()) total += rec.size;
     FingerprintOptions hashes;

@@ -143,7 +143,7 @@ uint64_t write_shard(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
     uint64_t base = head.size();
     for (const Planned& p : shard) {
         const TensorInfo& t = c.tensors()[p.tensor];
-        size_t record = *c.record_index(c.storages()[t.storage].record);
+        size_t record = *c.storage_record(t.storage);
         auto in_file = c.record_file_offset(record);
         uint64_t esz = dtype_size(t.dtype);
         DType to = out_dtype(rq, t.dtype);

@@ -39,7 +39,18 @@ std::string number_text(const Stat& v) {
     return repr_float(*v);
 }
 
-void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::vector<TensorVerdict>& verdicts,
+// A tensor's NaN and Inf findings.
+void value_findings(const TensorPrint& t, std::vector<Finding>& out) {
+    if (t.stats.nan)
+        out.push_back({"nan", t.key, t.key + " holds " + std::to_string(t.stats.nan) + " NaN of " +
+                                         std::to_string(t.stats.count) + " values"});
+    if (t.stats.inf)
+        out.push_back({"inf", t.key, t.key + " holds " + std::to_string(t.stats.inf) + " Inf of " +
+                                         std::to_string(t.stats.count) + " values"});
+}
+
+// `values`: the tensors' NaN and Inf findings, in file order (value_findings of each).
+void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Finding>&& values,
                         const GlobalPolicy& policy, std::vector<Finding>& out) {
     for (const auto& r : fp.records)
         if (!r.ok())
@@ -49,25 +60,19 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, const std::v
     for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
     // By the first record of each name (record_index): whether a storage names it. A record not so
     // marked (only then) is looked up by its name, for a first record of the same name that is.
+    // A storage's record is the one its name finds (Checkpoint::storage_record); names are read only
+    // for records no storage marks (none, in a file as torch.save writes it).
     std::vector<char> storage_record(c.records().size());
-    for (const auto& s : c.storages())
-        if (auto r = c.record_index(s.record)) storage_record[*r] = 1;
+    for (size_t s = 0; s < c.storages().size(); ++s)
+        if (auto r = c.storage_record(s)) storage_record[*r] = 1;
     std::string data_dir = c.zip_root() + "/data/";
     for (size_t i = 0; i < c.records().size(); ++i)
         if (const RecordInfo& e = c.records()[i];
-            c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 && !storage_record[i] &&
+            !storage_record[i] && c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
             !storage_record[*c.record_index(e.name)])
             out.push_back({"unreferenced_record", std::string(e.name),
                            "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});
-    for (const auto& v : verdicts) {
-        const TensorPrint& t = v.print;
-        if (t.stats.nan)
-            out.push_back({"nan", t.key, t.key + " holds " + std::to_string(t.stats.nan) + " NaN of " +
-                                             std::to_string(t.stats.count) + " values"});
-        if (t.stats.inf)
-            out.push_back({"inf", t.key, t.key + " holds " + std::to_string(t.stats.inf) + " Inf of " +
-                                             std::to_string(t.stats.count) + " values"});
-    }
+    out.insert(out.end(), std::make_move_iterator(values.begin()), std::make_move_iterator(values.end()));
     for (const auto& g : c.globals()) {
         GlobalVerdict v = judge(policy, g);
         if (v.cls == GlobalClass::dangerous)
@@ -128,8 +133,8 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
         if (ct.dtype != DType::float32 || (mt.dtype != DType::float16 && mt.dtype != DType::bfloat16 && mt.dtype != DType::float32) ||
             !mt.contiguous() || !ct.contiguous())
             continue;
-        RecordData master = c.record_data(*c.record_index(c.storages()[ct.storage].record));
-        RecordData weight = m->record_data(*m->record_index(m->storages()[mt.storage].record));
+        RecordData master = c.record_data(*c.storage_record(ct.storage));
+        RecordData weight = m->record_data(*m->storage_record(mt.storage));
         const uint8_t* w = weight.view().data + static_cast<uint64_t>(mt.storage_offset) * dtype_size(mt.dtype);
         const float* f = reinterpret_cast<const float*>(master.view().data + static_cast<uint64_t>(ct.storage_offset) * 4);
         uint64_t differ = 0;
@@ -442,19 +447,31 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     so.check_crc = true;
     so.threads = o.threads;
     so.progress = o.progress;
-    rep.tensors.reserve(all ? c.tensors().size() : c.state_dict().entries.size());
-    if (!fingerprint_out)  // nobody wants the fingerprint itself: its prints go into the verdicts
-        so.take = [&](TensorPrint&& t) { rep.tensors.push_back({std::move(t), nullptr, "", "", 0}); };
+    bool rows = o.rows || ref;
+    if (rows) rep.tensors.reserve(all ? c.tensors().size() : c.state_dict().entries.size());
+    std::vector<Finding> values;  // NaN and Inf, in file order
+    auto take = [&](const TensorPrint& t) {
+        value_findings(t, values);
+        ++rep.tensors_read;
+    };
+    if (!fingerprint_out)  // nobody wants the fingerprint itself: its prints go into the verdicts, if kept
+        so.take = [&](TensorPrint&& t) {
+            take(t);
+            if (rows) rep.tensors.push_back({std::move(t), nullptr, "", "", 0});
+        };
     Fingerprint fp = fingerprint(c, so);
     if (fingerprint_out)
-        for (const auto& t : fp.tensors) rep.tensors.push_back({t, nullptr, "", "", 0});
+        for (const auto& t : fp.tensors) {
+            take(t);
+            if (rows) rep.tensors.push_back({t, nullptr, "", "", 0});
+        }
     rep.records_checked = fp.records.size();
     for (const RecordInfo& e : c.records()) {
         rep.bytes_read += e.size;
         rep.records_without_crc += (c.format() == Format::torch_zip || c.format() == Format::torchscript) && !e.has_crc && e.size;
     }
 
-    integrity_findings(c, fp, rep.tensors, *o.policy, rep.findings);
+    integrity_findings(c, fp, std::move(values), *o.policy, rep.findings);
     if (c.dist()) dist_findings(c, rep.findings, rep.records_checked, rep.bytes_read);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
@@ -524,8 +541,7 @@ void write_json(const VerifyReport& r, const std::function<void(std::string_view
 
 void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& style) {
     Paint paint{style.color};
-    size_t compared = 0;
-    for (const auto& t : r.tensors) compared += t.status != "missing";
+    size_t compared = r.tensors_read;
     out << paint("1", r.file);
     if (r.reference) out << " vs " << paint("1", *r.reference);
     out << ": ";

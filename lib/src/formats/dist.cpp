@@ -179,7 +179,7 @@ dist::Run DistView::run_of(const Checkpoint& part, size_t ti, const std::string&
     if (!t.plain()) throw Error(ErrorKind::unsupported, part.path(), what + " is not a plain dense tensor (" + tensor_shape_text(part, t) + ")");
     const StorageInfo& st = part.storages()[t.storage];
     if (!t.contiguous()) throw Error(ErrorKind::unsupported, part.path(), what + " is not contiguous");
-    auto rec = part.record_index(st.record);
+    auto rec = part.storage_record(t.storage);
     if (!rec || !st.record_present) throw Error(ErrorKind::corrupt, part.path(), what + ": its storage record " + std::string(st.record) + " is missing");
     auto off = part.record_file_offset(*rec);
     if (!off) throw Error(ErrorKind::unsupported, part.path(), what + ": its storage record " + std::string(st.record) + " is compressed");
@@ -274,7 +274,7 @@ Value* DistView::copy_value(const Checkpoint& part, const Value* v, DType cast_t
         DType to = cast_to != DType::untyped && st.dtype != DType::untyped ? cast_to : st.dtype;
         auto [it, fresh] = memo.storages.emplace(static_cast<uint64_t>(ps) * 64 + static_cast<uint64_t>(to), c.storages.size());
         if (fresh) {
-            auto rec = part.record_index(st.record);
+            auto rec = part.storage_record(ps);
             if (!rec || !st.record_present)
                 throw Error(ErrorKind::corrupt, part.path(), "storage " + std::string(st.key) + " has no record " + std::string(st.record));
             auto off = part.record_file_offset(*rec);

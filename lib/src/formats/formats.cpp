@@ -53,6 +53,7 @@ void read_container(Checkpoint::Contents& c, const OpenOptions& options) {
     if (!format) reject_other_formats(bytes);
     format->read(c, options);
     ModelBuilder(c, options).build(true);
+    c.index_storage_records();
     // The open is done with the zip's central directory (its names are read again only where a
     // record is looked up by name, and come back then): 100,000 records' directory is 9 MiB of
     // the file's pages.

@@ -201,9 +201,26 @@ std::optional<size_t> Checkpoint::Contents::record_index(std::string_view name) 
 }
 std::optional<size_t> Checkpoint::record_index(std::string_view name) const { return m->record_index(name); }
 
+void Checkpoint::Contents::index_storage_records() {
+    storage_records.assign(storages.size(), k_no_record);
+    if (records.size() >= k_no_record) return storage_records.clear();  // looked up by name, as before
+    for (size_t i = 0; i < storages.size(); ++i)
+        if (auto r = record_index(storages[i].record)) storage_records[i] = static_cast<uint32_t>(*r);
+}
+
+std::optional<size_t> Checkpoint::storage_record(size_t storage) const {
+    if (m->storage_records.size() == m->storages.size()) {
+        uint32_t r = m->storage_records.at(storage);
+        if (r == Contents::k_no_record) return std::nullopt;
+        return r;
+    }
+    return m->record_index(m->storages.at(storage).record);
+}
+
 void Checkpoint::Contents::keep_records_only() {
     root = nullptr;
     std::vector<StorageInfo>().swap(storages);
+    std::vector<uint32_t>().swap(storage_records);
     std::vector<TensorInfo>().swap(tensors);
     std::vector<Entry>().swap(entries);
     state_dict = StateDict();

@@ -40,6 +40,11 @@ struct Checkpoint::Contents {
     ValueArena arena;
     const Value* root = nullptr;
     std::vector<StorageInfo> storages;
+    // Each storage's record index (k_no_record: none), once index_storage_records ran; until then (a
+    // folder's merged view) storage_record looks the name up.
+    std::vector<uint32_t> storage_records;
+    static constexpr uint32_t k_no_record = UINT32_MAX;
+    void index_storage_records();
     std::vector<TensorInfo> tensors;
     std::vector<Entry> entries;
     StateDict state_dict;

@@ -169,7 +169,7 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
     constexpr size_t none = ~size_t{0};
     std::vector<size_t> storage_of_record(c.records().size(), none);
     for (size_t i = 0; i < storages.size(); ++i)
-        if (auto r = c.record_index(storages[i].record); r && storage_of_record[*r] == none) storage_of_record[*r] = i;
+        if (auto r = c.storage_record(i); r && storage_of_record[*r] == none) storage_of_record[*r] = i;
     std::vector<size_t> item_of_storage(storages.size(), none);
     std::vector<WorkItem> items;
     items.reserve(c.records().size());
