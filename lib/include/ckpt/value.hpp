@@ -96,8 +96,6 @@ struct Value {
     double f2() const;  // complex: the imaginary part
     // big_integer, string, bytes, bytearray, global (module), tensor, storage, device; "" for others
     std::string_view s() const { return holds_text() ? m.text.s : std::string_view(); }
-    // The same, as the value keeps it (an edit of a pickle may point at it; "" for other kinds).
-    const std::string_view* s_ref() const;
     // tuple, list, set, frozenset; an object's or global's APPENDS; empty for other kinds
     ValueSpan items() const;
     // dict (k0, v0, k1, v1, …); an object's or global's SETITEMS; empty for other kinds

@@ -61,10 +61,7 @@ void Value::set_s(std::string_view v) {
     if (!holds_text()) no_room(this, "text");
     m.text.s = v;
 }
-const std::string_view* Value::s_ref() const {
-    static const std::string_view empty;
-    return holds_text() ? &m.text.s : &empty;
-}
+
 void Value::set_callable(Value* v) {
     if (kind != ValueKind::object) no_room(this, "callable");
     m.obj.callable = v;

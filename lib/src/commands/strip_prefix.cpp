@@ -58,7 +58,9 @@ const Value* metadata_of(const Value* state_dict) {
 // The `_metadata` entries of the state dict that the plan's rule changes, into plan.metadata.
 void plan_metadata(const Value* state_dict, RenamePlan& plan) {
     std::string buffer;
-    for (std::string_view k : string_keys(metadata_of(state_dict))) {
+    const std::vector<std::string_view> keys = string_keys(metadata_of(state_dict));
+    plan.metadata.reserve(keys.size());  // as a rule every entry changes: one table, not its doublings
+    for (std::string_view k : keys) {
         std::string_view to = plan.rule.metadata_key_into(buffer, k);
         if (to != k) plan.metadata.push_back({plan.text.keep(k), plan.text.keep(to)});
     }
@@ -239,7 +241,9 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     rewritten.reserve(plan.renamed.size());
     sites.reserve(plan.renamed.size());
     std::vector<char> found(plan.renamed.size());
+    PagesBehind behind(&c.file(), pk);  // the sites come in pickle order, as a rule
     for (const auto& ks : trace->key_sites) {
+        behind.at(ks.pos);
         const Renames* map = ks.dict == sd ? &key_map : (md && ks.dict == md) ? &md_map : nullptr;
         if (!map) continue;
         const Value* key = ks.dict->dict_key(ks.entry);
@@ -257,7 +261,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
                         c.pickle_record() + ": key " + in_quotes(key->s()) + " is pushed by opcode " + hex +
                             ", which strip-prefix cannot rewrite", ks.pos);
         }
-        edits.push_back({ks.pos, len, {}, &it->to});
+        edits.push_back({ks.pos, len, it->to, true});
         sites.push_back(ks.pos);
         if (push) rewritten.push_back(ks.key);
         if (map == &key_map) found[static_cast<size_t>(it - plan.renamed.data())] = 1;
@@ -268,7 +272,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     auto has = [](const auto& set, const auto& x) { return std::binary_search(set.begin(), set.end(), x); };
     for (const auto& g : trace->string_gets)
         if (has(rewritten, g.value) && !has(sites, g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, g.value->s_ref()});
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), g.value->s(), true});
     for (size_t i = 0; i < plan.renamed.size(); ++i)
         if (!found[i])
             throw Error(ErrorKind::unsupported, c.path(),

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_set>
 
 #include "ckpt/bytes.hpp"
@@ -20,7 +22,7 @@ PatchedPickle apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> ed
     const PickleTrace* trace = c.pickle_trace();
     if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
     ByteView pk = c.pickle_bytes();
-    for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), ""});
+    for (uint64_t f : trace->frames) edits.push_back({f, traced_opcode_length(pk, f), {}, false});
     if (c.format() == Format::legacy)  // its persistent ids, as the zip format's: without the sixth item
         for (const auto& p : trace->persistent_ids) {
             if (p.first == "module")
@@ -30,7 +32,7 @@ PatchedPickle apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> ed
             if (p.view_pos == 0) continue;
             if (pk.data[p.view_pos] != 'N')
                 throw Error(ErrorKind::unsupported, c.path(), "pickle: a storage's view metadata is not None", p.view_pos);
-            edits.push_back({p.view_pos, 1, ""});
+            edits.push_back({p.view_pos, 1, {}, false});
         }
     std::sort(edits.begin(), edits.end(), [](const PickleEdit& a, const PickleEdit& b) { return a.pos < b.pos; });
     uint64_t at = 0;
@@ -39,11 +41,11 @@ PatchedPickle apply_pickle_edits(const Checkpoint& c, std::vector<PickleEdit> ed
             throw Error(ErrorKind::corrupt, c.path(), c.pickle_record() + ": overlapping pickle edits", e.pos);
         at = e.pos + e.len;
     }
-    return PatchedPickle(pk, std::move(edits));
+    return PatchedPickle(pk, std::move(edits), &c.file());
 }
 
-PatchedPickle::PatchedPickle(ByteView original, std::vector<PickleEdit> sorted_edits)
-    : m_original(original), m_edits(std::move(sorted_edits)), m_size(original.size) {
+PatchedPickle::PatchedPickle(ByteView original, std::vector<PickleEdit> sorted_edits, const MappedFile* file)
+    : m_original(original), m_file(file), m_edits(std::move(sorted_edits)), m_size(original.size) {
     for (const PickleEdit& e : m_edits) m_size = m_size - e.len + e.size();
 }
 
@@ -51,30 +53,27 @@ void PatchedPickle::for_each_piece(const std::function<void(const char*, size_t)
     const char* pk = reinterpret_cast<const char*>(m_original.data);
     char head[5] = {'X'};
     uint64_t at = 0;
+    PagesBehind behind(m_file, m_original);
     for (const PickleEdit& e : m_edits) {
         if (e.pos > at) piece(pk + at, e.pos - at);
+        behind.at(e.pos);
         if (e.unicode) {
-            for (int k = 0; k < 4; ++k) head[1 + k] = static_cast<char>(e.unicode->size() >> (8 * k));
+            for (int k = 0; k < 4; ++k) head[1 + k] = static_cast<char>(e.text.size() >> (8 * k));
             piece(head, 5);
-            if (!e.unicode->empty()) piece(e.unicode->data(), e.unicode->size());
+            if (!e.text.empty()) piece(e.text.data(), e.text.size());
         } else if (!e.text.empty()) {
             piece(e.text.data(), e.text.size());
         }
         at = e.pos + e.len;
     }
     if (m_original.size > at) piece(pk + at, m_original.size - at);
+    behind.done();
 }
 
 uint32_t PatchedPickle::crc32() const {
     uint32_t crc = 0;
     for_each_piece([&](const char* p, size_t n) { crc = crc32_of({reinterpret_cast<const uint8_t*>(p), n}, crc); });
     return crc;
-}
-
-std::string binunicode(std::string_view s) {
-    std::string op = "X" + le_bytes(s.size(), 4);
-    op += s;
-    return op;
 }
 
 namespace {
@@ -87,6 +86,13 @@ std::string global_opcode(const std::string& module_dot_name) {
 bool is_get(uint8_t op) { return op == 'h' || op == 'j' || op == 'g'; }
 
 }  // namespace
+
+std::string_view kept_text(std::string text) {
+    static std::mutex lock;
+    static std::set<std::string> texts;
+    std::lock_guard<std::mutex> hold(lock);
+    return *texts.insert(std::move(text)).first;
+}
 
 std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordered_map<size_t, DType>& retype) {
     const PickleTrace* trace = c.pickle_trace();
@@ -140,20 +146,20 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
         if (is_get(op)) {
             auto n = now.find(s.cls);
             if ((n == now.end() ? was : n->second) != want) {
-                edits.push_back({s.pos, traced_opcode_length(pk, s.pos), global_opcode(want)});
+                edits.push_back({s.pos, traced_opcode_length(pk, s.pos), kept_text(global_opcode(want))});
                 edited.insert(s.pos);
             }
             continue;
         }
         if (want == was) continue;
         if (op == pickle_ops::GLOBAL) {
-            edits.push_back({s.pos, traced_opcode_length(pk, s.pos), global_opcode(want)});
+            edits.push_back({s.pos, traced_opcode_length(pk, s.pos), kept_text(global_opcode(want))});
         } else if (op == pickle_ops::STACK_GLOBAL && stack_global_at.count(s.pos)) {
             const auto* g = stack_global_at.at(s.pos);
             if (want.substr(0, want.rfind('.')) != std::string(s.cls->s())) cannot(s.pos, "a storage class of another module");
             uint64_t len = traced_opcode_length(pk, g->name_pos);
             if (len == 0 || edited.count(g->name_pos)) cannot(g->name_pos, "a storage class name pushed in an unexpected way");
-            edits.push_back({g->name_pos, len, binunicode(want.substr(want.rfind('.') + 1))});
+            edits.push_back({g->name_pos, len, kept_text(want.substr(want.rfind('.') + 1)), true});
             edited.insert(g->name_pos);
             if (!is_get(pk.data[g->name_pos])) renamed_strings.insert(g->name);
         } else {
@@ -166,7 +172,7 @@ std::vector<PickleEdit> retype_storages(const Checkpoint& c, const std::unordere
     // A renamed string fetched again elsewhere keeps its old text there.
     for (const auto& g : trace->string_gets)
         if (renamed_strings.count(g.value) && !edited.count(g.pos))
-            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), {}, g.value->s_ref()});
+            edits.push_back({g.pos, traced_opcode_length(pk, g.pos), g.value->s(), true});
     return edits;
 }
 

@@ -20,25 +20,31 @@
 namespace ckpt {
 
 class ZipWriter;
+class MappedFile;
 
+// 40 bytes: a rename of 100,000 keys makes 200,000 of them, and no string of its own per edit.
 struct PickleEdit {
-    uint64_t pos, len;  // the opcode replaced, within the pickle
-    std::string text;   // what it becomes
-    // Or, when set: a BINUNICODE opcode pushing this text (the caller's, alive until the edits are
-    // applied): a rename of 100,000 keys makes no string of its own per edit.
-    const std::string_view* unicode = nullptr;
-    uint64_t size() const { return unicode ? 5 + unicode->size() : text.size(); }
+    uint64_t pos = 0, len = 0;  // the opcode replaced, within the pickle
+    // What it becomes; with `unicode`, the text a BINUNICODE opcode made here pushes. The caller's
+    // text (a value's, a plan's, or kept_text's), alive until the edits are applied.
+    std::string_view text;
+    bool unicode = false;
+    uint64_t size() const { return unicode ? 5 + text.size() : text.size(); }
 };
 
-// A BINUNICODE opcode pushing `s`.
-std::string binunicode(std::string_view s);
+// `text` kept as long as the process runs, each distinct text once: the few opcodes retype_storages
+// makes (a storage class's GLOBAL) for 100,000 edits.
+std::string_view kept_text(std::string text);
 
 // A checkpoint's pickle with edits applied, never held whole: its pieces (runs of the original pickle
 // and the edits' bytes, in order) are written straight into the output's record, its size and CRC-32
 // taken from them first. A 100,000-key rename held a 13 MiB copy of the pickle before.
 class PatchedPickle {
 public:
-    PatchedPickle(ByteView original, std::vector<PickleEdit> sorted_edits);
+    // `file`, when given, maps `original`: each pass over the pieces gives the pages of the original
+    // it has passed back (MappedFile::release), so that a pickle of 16 MiB is not resident beside the
+    // writer's tables from its first pass on.
+    PatchedPickle(ByteView original, std::vector<PickleEdit> sorted_edits, const MappedFile* file = nullptr);
     uint64_t size() const { return m_size; }
     uint32_t crc32() const;
     // Calls piece(data, size) for each piece, in order.
@@ -46,6 +52,7 @@ public:
 
 private:
     ByteView m_original;
+    const MappedFile* m_file;
     std::vector<PickleEdit> m_edits;
     uint64_t m_size = 0;
 };

@@ -8,6 +8,7 @@
 #include "formats/format.hpp"
 #include "base/text_util.hpp"
 #include "formats/torch_hooks.hpp"
+#include "io/mapped_file.hpp"
 
 namespace ckpt {
 
@@ -71,10 +72,11 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     // The pickle's pages leave this process behind the VM (the values keep copies of its short
     // texts): 100,000 tensors' pickle is 13–16 MiB of the file that is no longer needed once run.
     PickleProgress progress;
-    const MappedFile& file = *c.file;
-    progress.done_with = [&file](ByteView done) { file.release(done); };
+    PagesBehind behind(c.file.get(), c.pickle->view());
+    progress.reading = [&behind](uint64_t pos) { behind.at(pos); };
     PickleResult r = run_pickle(c.pickle->view(), c.arena, hooks, c.pickle_record, base,
                                 options.pickle_limits, c.trace.get(), &progress);
+    behind.done();
     hooks.finish();
     c.root = r.root;
     c.protocol = r.protocol;

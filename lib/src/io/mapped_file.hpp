@@ -36,4 +36,29 @@ private:
     uint64_t m_size = 0;
 };
 
+// A reader moving forward through `data` (a part of a file's mapping, or of memory the file does not
+// map: then nothing is given back) gives the pages a step (1 MiB) behind where it is back as it goes:
+// a pickle of 16 MiB read once is not resident whole beside the reader's tables. Touching a page
+// again faults it back in from the page cache; a step back (a reader that jumps) only costs that.
+class PagesBehind {
+public:
+    PagesBehind(const MappedFile* file, ByteView data) : m_file(file), m_data(data) {}
+    void at(uint64_t pos) {
+        if (!m_file || pos < m_given_back + 2 * k_step || pos > m_data.size) return;
+        m_file->release({m_data.data + m_given_back, pos - k_step - m_given_back});
+        m_given_back = pos - k_step;
+    }
+    // The reader is done: the rest goes too.
+    void done() {
+        if (m_file && m_data.size > m_given_back) m_file->release({m_data.data + m_given_back, m_data.size - m_given_back});
+        m_given_back = m_data.size;
+    }
+
+private:
+    static constexpr uint64_t k_step = 1u << 20;
+    const MappedFile* m_file;
+    ByteView m_data;
+    uint64_t m_given_back = 0;
+};
+
 }  // namespace ckpt

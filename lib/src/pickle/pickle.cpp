@@ -28,7 +28,7 @@ public:
             uint64_t base, const PickleLimits& limits, PickleTrace* trace, PickleProgress* progress)
         : m_in(data, context, base), m_arena(arena), m_hooks(hooks), m_context(context),
           m_limits(limits), m_trace(trace), m_data(data) {
-        if (progress && progress->done_with) m_done_with = &progress->done_with;
+        if (progress && progress->reading) m_reading = &progress->reading;
         // Recycling needs a map of the memo's fetches; a trace points only at what no hook gives back, or marks it shared.
         m_recycle = pickle_ops::memo_fetches(data, m_fetched);
     }
@@ -96,7 +96,7 @@ private:
         return v;
     }
     // A short text is copied into the arena (the data's pages may be given back behind the VM,
-    // PickleProgress::done_with); a long one stays a view of the data.
+    // PickleProgress::reading); a long one stays a view of the data.
     std::string_view keep(std::string_view text) { return text.size() <= k_copied_text ? m_arena.own(text) : text; }
     Value* make_string(ValueKind kind, ByteView b) {
         Value* v = m_arena.make(kind, m_op_offset);
@@ -269,10 +269,10 @@ private:
     PickleTrace* m_trace;
     ByteView m_data;
     bool m_ran[256] = {};  // opcodes run so far (PickleResult::first_opcodes)
-    const std::function<void(ByteView)>* m_done_with = nullptr;  // PickleProgress::done_with
-    uint64_t m_given_back = 0;  // the data before this was handed to it
+    const std::function<void(uint64_t)>* m_reading = nullptr;  // PickleProgress::reading
+    uint64_t m_next_report = 0;
     static constexpr size_t k_copied_text = 4096;
-    static constexpr uint64_t k_give_back_step = 1u << 20;
+    static constexpr uint64_t k_report_step = 256u << 10;
     std::vector<uint64_t> m_push_pos;     // tracing: the opcode that pushed each stack slot
     std::vector<uint64_t> m_popped_pos;   // tracing: positions of what pop_mark returned
     const Value* m_last_tuple = nullptr;  // tracing: the last MARK … TUPLE, and where its items came from
@@ -291,12 +291,9 @@ PickleResult Machine::run() {
     for (;; ++m_done) {
         m_op_offset = m_in.file_offset();
         m_op_pos = m_in.pos();
-        if (m_done_with && m_op_pos - m_given_back >= 2 * k_give_back_step) {
-            // What lies a step behind this opcode is done with (a step's lag: a long text's view is
-            // read again where it is used, and its pages come back then).
-            uint64_t to = m_op_pos - k_give_back_step;
-            (*m_done_with)(ByteView{m_data.data + m_given_back, to - m_given_back});
-            m_given_back = to;
+        if (m_reading && m_op_pos >= m_next_report) {
+            (*m_reading)(m_op_pos);
+            m_next_report = m_op_pos + k_report_step;
         }
         if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
         uint8_t op = m_op = m_in.u8();

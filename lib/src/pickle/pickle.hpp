@@ -110,10 +110,11 @@ struct PickleResult {
 // not be read, so the data is no pickle at all).
 struct PickleProgress {
     uint64_t opcodes = 0;  // opcodes completed
-    // When set, called now and then (each MiB) with the bytes of the data the VM is done with: it
-    // never reads them again, and the values keep copies of the short texts in them (a long one is
-    // still a view, read again where it is used). A reader of a mapped file gives their pages back.
-    std::function<void(ByteView)> done_with;
+    // When set, called now and then (each 256 KiB) with where in the data the VM reads now: it never
+    // reads what lies before again, and the values keep copies of the short texts there (a long one
+    // is still a view, read again where it is used). A reader of a mapped file gives its pages back
+    // (PagesBehind).
+    std::function<void(uint64_t)> reading;
 };
 
 // Runs the pickle in `data` (one pickle, up to its STOP). `base` is the data's offset in the file and
