@@ -286,6 +286,10 @@ public:
     const std::string& pickle_record() const;
     // Null unless opened with trace_pickle.
     const PickleTrace* pickle_trace() const;
+    // A writer done with the trace (its edits made) frees it: 26 MiB for 100,000 tensors, which the
+    // write and the read-back that follow allocate again (handing the pages to the kernel and faulting
+    // them in again cost more than it saves: malloc_trim, measured).
+    void drop_pickle_trace();
 
     // What a format's reader fills: defined in the library (lib/src/model/contents.hpp), opaque here.
     struct Contents;

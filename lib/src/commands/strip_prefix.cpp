@@ -396,6 +396,7 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
             r.bytes_written += write_renamed_safetensors(*shard, plan, files.back()->fd(), targets[i], records);
         } else {
             PatchedPickle pickle = patch_pickle(*shard, plan);
+            shard->drop_pickle_trace();  // the edits are made
             r.bytes_written += write_torch_zip(*shard, pickle, files.back()->fd(), targets[i], records);
         }
         r.records += records;
@@ -470,6 +471,7 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
         r.bytes_written = write_renamed_safetensors(*c, r.plan, out.fd(), target, r.records);
     } else {
         PatchedPickle pickle = patch_pickle(*c, r.plan);
+        c->drop_pickle_trace();  // the edits are made
         r.bytes_written = write_torch_zip(*c, pickle, out.fd(), target, r.records);
     }
     out.start_sync();  // the disk writes while the output is read back from the page cache

@@ -2,6 +2,7 @@
 // its bytes are its own, and every accessor answers from the Contents the format's reader filled.
 #include "ckpt/checkpoint.hpp"
 
+
 #include "ckpt/error.hpp"
 #include "formats/format.hpp"
 #include "formats/gather.hpp"
@@ -145,6 +146,7 @@ const std::vector<std::pair<std::string, std::string>>& Checkpoint::metadata() c
 const MappedFile& Checkpoint::file() const { return *m->file; }
 const std::string& Checkpoint::pickle_record() const { return m->pickle_record; }
 const PickleTrace* Checkpoint::pickle_trace() const { return m->trace.get(); }
+void Checkpoint::drop_pickle_trace() { m->trace.reset(); }
 ByteView Checkpoint::pickle_bytes() const { return m->pickle ? m->pickle->view() : ByteView{}; }
 const std::vector<std::pair<uint8_t, uint64_t>>& Checkpoint::pickle_opcodes() const { return m->pickle_opcodes; }
 uint64_t Checkpoint::file_size() const {
