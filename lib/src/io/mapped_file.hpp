@@ -42,12 +42,14 @@ private:
 // again faults it back in from the page cache; a step back (a reader that jumps) only costs that.
 class PagesBehind {
 public:
-    PagesBehind(const MappedFile* file, ByteView data) : m_file(file), m_data(data) {}
+    // `from`: where the reader starts (what lies before is not its to give back).
+    PagesBehind(const MappedFile* file, ByteView data, uint64_t from = 0) : m_file(file), m_data(data), m_given_back(from) {}
     void at(uint64_t pos) {
         if (!m_file || pos < m_given_back + 2 * k_step || pos > m_data.size) return;
         m_file->release({m_data.data + m_given_back, pos - k_step - m_given_back});
         m_given_back = pos - k_step;
     }
+    uint64_t given_back() const { return m_given_back; }  // what lies before this is given back
     // The reader is done: the rest goes too.
     void done() {
         if (m_file && m_data.size > m_given_back) m_file->release({m_data.data + m_given_back, m_data.size - m_given_back});
@@ -58,7 +60,7 @@ private:
     static constexpr uint64_t k_step = 1u << 20;
     const MappedFile* m_file;
     ByteView m_data;
-    uint64_t m_given_back = 0;
+    uint64_t m_given_back;
 };
 
 }  // namespace ckpt

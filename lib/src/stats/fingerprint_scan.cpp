@@ -97,21 +97,20 @@ std::optional<uint64_t> file_read_offset(const Checkpoint& c, const WorkItem& w,
 class Trail {
 public:
     void read(const MappedFile& file, ByteView v) {
-        constexpr uintptr_t k_lag = 1u << 20, k_step = 1u << 20;
-        auto at = reinterpret_cast<uintptr_t>(v.data);
-        if (&file != m_file || at < m_from) {  // another file, or back: start again from here
+        ByteView all = file.view();
+        if (v.data < all.data || v.data >= all.data + all.size) return;  // not the mapping's (an inflated copy)
+        uint64_t at = static_cast<uint64_t>(v.data - all.data);
+        if (&file != m_file || at < m_behind.given_back()) {  // another file, or back: start again from here
             m_file = &file;
-            m_from = at;
-            return;
+            m_behind = PagesBehind(&file, all, at);
+        } else {
+            m_behind.at(at);
         }
-        if (at - m_from < k_lag + k_step) return;
-        file.release({reinterpret_cast<const uint8_t*>(m_from), at - k_lag - m_from});
-        m_from = at - k_lag;
     }
 
 private:
     const MappedFile* m_file = nullptr;
-    uintptr_t m_from = 0;
+    PagesBehind m_behind{nullptr, {}};
 };
 
 }  // namespace
