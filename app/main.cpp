@@ -12,6 +12,7 @@
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
 #include "command.hpp"
+#include "heap.hpp"
 
 namespace app {
 
@@ -109,6 +110,7 @@ void setup_logging(const GlobalOptions& g) {
 
 int main(int argc, char** argv) {
     using namespace app;
+    prepare_heap();
     CLI::App cli{"ckpt-tool: inspect, check and repair PyTorch checkpoints without running them."};
     cli.set_version_flag("--version", std::string("ckpt-tool ") + ckpt::tool_version());
     cli.require_subcommand(1);
