@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -67,6 +68,42 @@ private:
     std::vector<Slot> m_slots;
     size_t m_mask = 0;
     size_t m_size = 0;
+};
+
+// Names that are small decimal numbers ("0", "1", … as torch.save names its storages and their
+// records), each mapped to a position by its number: a table read by index, with no hash and no
+// name read back (a name's pages may have left the process). A caller keeps the other names in a
+// StringIndex: number() and covers() decide which table a name belongs to, the same way each time.
+class DecimalIndex {
+public:
+    static constexpr size_t npos = StringIndex::npos;
+
+    // Numbers [0, bound) are held here.
+    explicit DecimalIndex(size_t bound = 0) : m_pos_plus_1(bound, 0) {}
+    // The number `s` writes, when it writes one the canonical way (digits only, no leading zero
+    // but in "0"), below 10^9.
+    static std::optional<uint32_t> number(std::string_view s) {
+        if (s.empty() || s.size() > 9 || (s[0] == '0' && s.size() > 1)) return std::nullopt;
+        uint32_t n = 0;
+        for (char c : s) {
+            if (c < '0' || c > '9') return std::nullopt;
+            n = n * 10 + static_cast<uint32_t>(c - '0');
+        }
+        return n;
+    }
+    bool covers(uint32_t n) const { return n < m_pos_plus_1.size(); }
+    size_t find(uint32_t n) const { return covers(n) && m_pos_plus_1[n] ? m_pos_plus_1[n] - 1 : npos; }
+    // Adds n → pos unless n is there already (the first stays, as in StringIndex); n is covered and
+    // pos below 2^32 - 1.
+    std::pair<size_t, bool> insert(uint32_t n, size_t pos) {
+        uint32_t& slot = m_pos_plus_1[n];
+        if (slot) return {slot - 1, false};
+        slot = static_cast<uint32_t>(pos + 1);
+        return {pos, true};
+    }
+
+private:
+    std::vector<uint32_t> m_pos_plus_1;  // 0: none
 };
 
 }  // namespace ckpt

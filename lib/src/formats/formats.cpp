@@ -53,12 +53,10 @@ void read_container(Checkpoint::Contents& c, const OpenOptions& options) {
     if (!format) reject_other_formats(bytes);
     format->read(c, options);
     ModelBuilder(c, options).build(true);
-    c.index_storage_records();
-    // The open is done with the zip's central directory (its names are read again only where a
-    // record is looked up by name, and come back then): 100,000 records' directory is 9 MiB of
-    // the file's pages.
-    if (c.zip)
-        if (auto cd = bytes.sub(c.zip->central_directory_offset(), c.zip->central_directory_size())) c.file->release(*cd);
+    c.index_storage_records();  // where the reader did not (torch_zip.cpp does)
+    // The open is done with the zip's central directory (torch_zip.cpp gave it back before the
+    // pickle ran; an export archive's reader did not).
+    if (c.zip) c.file->release(c.zip->central_directory());
 }
 
 std::unique_ptr<Checkpoint> open_embedded(std::shared_ptr<MappedFile> file, uint64_t offset, uint64_t length,

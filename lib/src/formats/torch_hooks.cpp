@@ -107,7 +107,9 @@ Value* TorchHooks::persistent_load(Value* pid, uint64_t offset) {
 Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::string_view location, uint64_t numel, DType dtype,
                                  uint64_t offset) {
     auto storage_key = [this](size_t pos) -> std::string_view { return m_storages[pos].key; };
-    size_t known = m_storage_by_key.find(k, storage_key);
+    auto number = DecimalIndex::number(k);
+    bool by_number = number && m_storage_by_number.covers(*number);
+    size_t known = by_number ? m_storage_by_number.find(*number) : m_storage_by_key.find(k, storage_key);
     if (known != StringIndex::npos) {
         const StorageInfo& s = m_storages[known];
         if (s.dtype != dtype || s.numel != numel)
@@ -140,7 +142,8 @@ Value* TorchHooks::storage_value(const Value* cls, std::string_view k, std::stri
         size_text->second = m_arena.own(text.append(" elements"));
     }
     m_storage_text.push_back(size_text->second);
-    m_storage_by_key.insert(k, m_storages.size(), storage_key);
+    if (by_number) m_storage_by_number.insert(*number, m_storages.size());
+    else m_storage_by_key.insert(k, m_storages.size(), storage_key);
     m_storages.push_back(std::move(s));
     return storage_value(m_storages.size() - 1, offset);
 }

@@ -39,14 +39,15 @@ public:
         : m_arena(arena), m_storages(storages), m_tensors(tensors), m_globals(globals),
           m_problems(problems), m_record(std::move(record)) {}
 
-    // Room for `n` storages and tensors, so that the tables are written once, not copied as they grow.
+    // Room for `n` storages and tensors, so that the tables are written once, not copied as they
+    // grow; storage keys 0 … n found by their number. Before the pickle runs.
     void reserve(size_t n) {
+        if (m_storage_by_key.size() == 0 && !m_storage_by_number.covers(0)) m_storage_by_number = DecimalIndex(n + 1);
         m_storages.reserve(m_storages.size() + n);
         m_tensors.reserve(m_tensors.size() + n);
         advise_huge_pages(m_storages);
         advise_huge_pages(m_tensors);
         m_storage_text.reserve(n);
-        m_storage_by_key.reserve(n);
     }
     Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;
@@ -98,7 +99,10 @@ private:
     std::string m_record;
     std::unordered_map<std::string, size_t> m_global_index;
     std::string m_scratch;
-    StringIndex m_storage_by_key;        // storage key → position in m_storages
+    // Storage key → position in m_storages: a small number's in m_storage_by_number (torch.save's
+    // keys are 0, 1, …), any other key's by its text.
+    DecimalIndex m_storage_by_number;
+    StringIndex m_storage_by_key;
     const Value* m_class_value = nullptr;  // the last storage class seen, and its name in the arena
     std::string_view m_class_name;
     std::vector<std::string_view> m_storage_text;  // by position in m_storages: its values' text (in the arena)

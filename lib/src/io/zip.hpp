@@ -84,6 +84,8 @@ public:
     bool zip64() const { return m_zip64; }
     uint64_t central_directory_offset() const { return m_cd_offset; }
     uint64_t central_directory_size() const { return m_cd_size; }
+    // Its bytes, which the entries' names view.
+    ByteView central_directory() const { return *m_file.sub(m_cd_offset, m_cd_size); }
 
 private:
     uint64_t check_local_header(const ZipEntry& entry, ByteView header) const;

@@ -204,6 +204,7 @@ std::optional<size_t> Checkpoint::Contents::record_index(std::string_view name) 
 std::optional<size_t> Checkpoint::record_index(std::string_view name) const { return m->record_index(name); }
 
 void Checkpoint::Contents::index_storage_records() {
+    if (storage_records.size() == storages.size()) return;  // the reader found them
     storage_records.assign(storages.size(), k_no_record);
     if (records.size() >= k_no_record) return storage_records.clear();  // looked up by name, as before
     for (size_t i = 0; i < storages.size(); ++i)

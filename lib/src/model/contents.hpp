@@ -40,8 +40,9 @@ struct Checkpoint::Contents {
     ValueArena arena;
     const Value* root = nullptr;
     std::vector<StorageInfo> storages;
-    // Each storage's record index (k_no_record: none), once index_storage_records ran; until then (a
-    // folder's merged view) storage_record looks the name up.
+    // Each storage's record index (k_no_record: none), filled by the reader that finds the records
+    // (torch_zip.cpp) or by index_storage_records after it; until then (a folder's merged view)
+    // storage_record looks the name up.
     std::vector<uint32_t> storage_records;
     static constexpr uint32_t k_no_record = UINT32_MAX;
     void index_storage_records();

@@ -187,6 +187,40 @@ TEST_CASE("checkpoint: storage problems are collected, and inspect refuses them"
     }
 }
 
+TEST_CASE("checkpoint: storages find their records by the key's number or by its name") {
+    // torch.save's keys are 0, 1, …: found by number (DecimalIndex), the directory's names not read
+    // again. Any other key (leading zeros, text, a number past the records' count) by its name.
+    PickleBuilder p;
+    p.proto(2).empty_dict();
+    const std::vector<std::string> keys = {"1", "0", "007", "w", "99999999", "1", "2"};
+    for (size_t i = 0; i < keys.size(); ++i)
+        p.str("t" + std::to_string(i)).tensor("FloatStorage", keys[i], 2, 0, {2}, {1}).setitem();
+    p.stop();
+    // "01" is not key 1's record, "7" not key 007's; key 2 has no record.
+    auto c = open_bytes("n.pth", testing::torch_zip("n", p.bytes(),
+                                                    {{"01", floats(9)}, {"0", floats(2)}, {"7", floats(9)}, {"1", floats(2)},
+                                                     {"007", floats(2)}, {"w", floats(2)}, {"99999999", floats(2)}}));
+    REQUIRE(c->storages().size() == 6);  // "1" twice is one storage
+    for (size_t i = 0; i < c->storages().size(); ++i) {
+        const StorageInfo& s = c->storages()[i];
+        INFO(s.key);
+        if (s.key == "2") {
+            CHECK_FALSE(s.record_present);
+            CHECK(s.record == "n/data/2");
+            CHECK_FALSE(c->storage_record(i));
+            continue;
+        }
+        CHECK(s.record_present);
+        CHECK(s.record == "n/data/" + std::string(s.key));
+        CHECK(s.record_size == 8);
+        REQUIRE(c->storage_record(i));
+        CHECK(c->records()[*c->storage_record(i)].name == s.record);
+    }
+    REQUIRE(c->problems().size() == 1);
+    CHECK(c->problems()[0].kind == "missing_record");
+    CHECK(c->tensors()[0].storage == c->tensors()[5].storage);
+}
+
 TEST_CASE("checkpoint: the zip root is whatever the first record says") {
     PickleBuilder p;
     p.proto(2).empty_dict().str("w").tensor("HalfStorage", "0", 2, 0, {2}, {1}).setitem().stop();

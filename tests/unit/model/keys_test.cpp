@@ -59,3 +59,25 @@ TEST_CASE("StringIndex maps names to positions of a table that grows and moves")
     table.push_back("");
     CHECK(index.find("", name_of) == 20000);
 }
+
+TEST_CASE("DecimalIndex holds the small numbers written the canonical way") {
+    CHECK(DecimalIndex::number("0") == 0u);
+    CHECK(DecimalIndex::number("42") == 42u);
+    CHECK(DecimalIndex::number("999999999") == 999999999u);
+    // Not one number's canonical text: each would be another name than the number's.
+    for (const char* s : {"", "00", "007", "-1", "+1", "1a", " 1", "1 ", "1.0", "1000000000", "0x1"}) {
+        INFO(s);
+        CHECK_FALSE(DecimalIndex::number(s));
+    }
+    DecimalIndex index(10);
+    CHECK(index.covers(9));
+    CHECK_FALSE(index.covers(10));
+    CHECK(index.find(3) == DecimalIndex::npos);
+    CHECK(index.find(10) == DecimalIndex::npos);  // not covered: not here
+    CHECK(index.insert(3, 0) == std::make_pair(size_t{0}, true));
+    CHECK(index.insert(0, 7) == std::make_pair(size_t{7}, true));
+    CHECK(index.insert(3, 5) == std::make_pair(size_t{0}, false));  // the first stays
+    CHECK(index.find(3) == 0);
+    CHECK(index.find(0) == 7);
+    CHECK_FALSE(DecimalIndex().covers(0));
+}
