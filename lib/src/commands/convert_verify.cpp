@@ -8,7 +8,6 @@
 
 #include "commands/convert_detail.hpp"
 #include "ckpt/error.hpp"
-#include "base/heap.hpp"
 #include "stats/prints_by_key.hpp"
 #include "stats/tensor_stats.hpp"
 
@@ -19,7 +18,6 @@ void read_back_failed(const ConvertRequest& rq, const std::string& why) {
 }
 
 std::unique_ptr<Checkpoint> reopen_written(const ConvertRequest& rq, const AtomicFile& out) {
-    give_back_free_heap();  // the memory of what was closed before the output's is taken (the input, as a rule)
     try {
         return Checkpoint::open(out.temp_path());
     } catch (const Error& e) {

@@ -14,7 +14,6 @@
 
 #include "ckpt/atomic_file.hpp"
 #include "ckpt/error.hpp"
-#include "base/heap.hpp"
 #include "model/keys.hpp"
 #include "io/mapped_file.hpp"
 #include "ckpt/report.hpp"
@@ -336,7 +335,6 @@ void check_written(const Expected& want, const std::string& written, const OpenO
                                                     "); nothing was written");
     };
     std::unique_ptr<Checkpoint> out;
-    give_back_free_heap();  // the closed input's memory, before the output's is taken
     try {
         out = Checkpoint::open(written, open);
     } catch (const Error& e) {
