@@ -1,6 +1,7 @@
 // The restricted pickle VM on any bytes, three ways: with the plain PickleHooks (no global means
 // anything), with the library's TorchHooks (storages, rebuild functions, OrderedDict … as a torch
-// pickle is read), and TorchHooks with a PickleTrace (what strip-prefix and convert record). Each
+// pickle is read), and TorchHooks with a PickleTrace (what strip-prefix and convert record) and room
+// reserved, as read_torch_zip reserves it (small storage keys found by number). Each
 // result's root is rendered with repr, which must stop on cycles and depth.
 #include <cstdint>
 #include <string>
@@ -31,6 +32,7 @@ void run_torch(ckpt::ByteView data, bool trace) {
     std::vector<ckpt::GlobalRef> globals;
     std::vector<ckpt::Problem> problems;
     ckpt::TorchHooks hooks(arena, storages, tensors, globals, problems, "data.pkl");
+    if (trace) hooks.reserve(64);  // storage keys 0 … 64 by their number (DecimalIndex), as a torch.save archive's
     ckpt::PickleTrace t;
     try {
         ckpt::PickleResult r =
