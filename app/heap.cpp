@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,7 +50,15 @@ void prepare_heap() {
     // the machine's memory.
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t quarter = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
-    size_t reserve = std::min(k_reserve, quarter) & ~(k_huge - 1);
+    size_t reserve = std::min(k_reserve, quarter);
+    // Under a limit on address space or data (ulimit -v, -d), an eighth of it at most: the
+    // reserve counts against it whether written or not.
+    for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+        struct rlimit limit;
+        if (getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+            reserve = std::min<size_t>(reserve, static_cast<size_t>(limit.rlim_cur) / 8);
+    }
+    reserve &= ~(k_huge - 1);
     if (reserve == 0) return;
     auto* start = static_cast<char*>(sbrk(0));
     if (mallopt(M_TOP_PAD, static_cast<int>(reserve)) == 0) return;
