@@ -13,6 +13,7 @@
 #include "ckpt/report.hpp"
 #include "command.hpp"
 #include "heap.hpp"
+#include "usage_error.hpp"
 
 namespace app {
 
@@ -83,21 +84,6 @@ const Command k_commands[] = {
      setup_scan},
 };
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-
 void setup_logging(const GlobalOptions& g) {
     auto logger = spdlog::stderr_color_mt("ckpt-tool");
     logger->set_pattern("ckpt-tool: %^%l%$: %v");
@@ -134,19 +120,10 @@ int main(int argc, char** argv) {
         cli.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == 0) return cli.exit(e);  // --help, --version
-        cli.exit(e);
-        if (argc > 1 && argv[1][0] != '-') {
-            std::string best;
-            size_t best_d = 3;
-            for (const Command& c : k_commands) {
-                size_t d = edit_distance(argv[1], c.name);
-                if (d < best_d) {
-                    best_d = d;
-                    best = c.name;
-                }
-            }
-            if (!best.empty() && best_d > 0) std::cerr << "Did you mean '" << best << "'?\n";  // not for a bad option of a real command
-        }
+        std::vector<std::string> commands;
+        for (const Command& c : k_commands) commands.push_back(c.name);
+        std::cerr << "ckpt-tool: error: " << usage_error_message(cli, e, std::vector<std::string>(argv + 1, argv + argc), commands)
+                  << "\n";
         return 2;
     }
     setup_logging(global);
