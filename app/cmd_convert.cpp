@@ -35,32 +35,34 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/convert.schema.json)");
     return [a, &global]() {
-        ckpt::ConvertRequest& rq = a->request;
-        for (const auto& kv : a->metadata) {
-            size_t eq = kv.find('=');
-            if (eq == std::string::npos || eq == 0)
-                throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--metadata " + kv + ": expected KEY=VALUE");
-            rq.metadata.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
-        }
-        if (!a->state_dict_key.empty()) rq.open.state_dict_key = a->state_dict_key;
-        if (!a->dtype.empty()) {
-            auto d = ckpt::dtype_from_name(a->dtype);
-            if (!d || (*d != ckpt::DType::bfloat16 && *d != ckpt::DType::float16 && *d != ckpt::DType::float32 &&
-                       *d != ckpt::DType::float64))
-                throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--dtype " + a->dtype + ": expected bfloat16, float16, float32 or float64");
-            rq.dtype = d;
-        }
-        rq.verify = !a->no_verify;
-        rq.progress = progress_line(global, "convert");
-        if (!a->max_shard_size.empty()) rq.max_shard_size = ckpt::parse_size(a->max_shard_size);
-        ckpt::ConvertReport report = ckpt::convert(rq);
-        if (a->json) {
-            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        } else {
-            ckpt::render_text(report, std::cout, {global.color_enabled()});
-        }
-        std::cout.flush();
-        return 0;
+        return reporting_errors("convert", a->json, a->request.input, [&] {
+            ckpt::ConvertRequest& rq = a->request;
+            for (const auto& kv : a->metadata) {
+                size_t eq = kv.find('=');
+                if (eq == std::string::npos || eq == 0)
+                    throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--metadata " + kv + ": expected KEY=VALUE");
+                rq.metadata.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
+            }
+            if (!a->state_dict_key.empty()) rq.open.state_dict_key = a->state_dict_key;
+            if (!a->dtype.empty()) {
+                auto d = ckpt::dtype_from_name(a->dtype);
+                if (!d || (*d != ckpt::DType::bfloat16 && *d != ckpt::DType::float16 && *d != ckpt::DType::float32 &&
+                           *d != ckpt::DType::float64))
+                    throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--dtype " + a->dtype + ": expected bfloat16, float16, float32 or float64");
+                rq.dtype = d;
+            }
+            rq.verify = !a->no_verify;
+            rq.progress = progress_line(global, "convert");
+            if (!a->max_shard_size.empty()) rq.max_shard_size = ckpt::parse_size(a->max_shard_size);
+            ckpt::ConvertReport report = ckpt::convert(rq);
+            if (a->json) {
+                std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            } else {
+                ckpt::render_text(report, std::cout, {global.color_enabled()});
+            }
+            std::cout.flush();
+            return 0;
+        });
     };
 }
 

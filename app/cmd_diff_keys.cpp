@@ -34,7 +34,7 @@ Runner setup_diff_keys(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--ignore", a->ignore, "Leave out keys matching this glob on both sides (repeatable)");
     return [a, &global]() {
         OutputFormat format = a->format.resolve();
-        return annotating_errors(format, a->file, [&] {
+        return reporting_errors("diff-keys", format, a->file, [&] {
             ckpt::OpenOptions open, ref_open;
             if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
             if (!a->reference_state_dict_key.empty()) ref_open.state_dict_key = a->reference_state_dict_key;

@@ -30,15 +30,17 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global) {
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/strip-prefix.schema.json)");
     return [a, &global]() {
-        if (!a->state_dict_key.empty()) a->request.open.state_dict_key = a->state_dict_key;
-        ckpt::StripPrefixReport report = ckpt::strip_prefix(a->request);
-        if (a->json) {
-            std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-        } else {
-            ckpt::render_text(report, std::cout, {global.color_enabled()});
-        }
-        std::cout.flush();
-        return 0;
+        return reporting_errors("strip-prefix", a->json, a->request.input, [&] {
+            if (!a->state_dict_key.empty()) a->request.open.state_dict_key = a->state_dict_key;
+            ckpt::StripPrefixReport report = ckpt::strip_prefix(a->request);
+            if (a->json) {
+                std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+            } else {
+                ckpt::render_text(report, std::cout, {global.color_enabled()});
+            }
+            std::cout.flush();
+            return 0;
+        });
     };
 }
 

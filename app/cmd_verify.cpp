@@ -38,10 +38,10 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
     add_allow_options(sub, a->allow);
     return [a, &global]() {
         OutputFormat format = a->format.resolve();
-        auto policy = a->allow.policy();
-        a->options.policy = policy.get();
         a->options.rows = format == OutputFormat::json;  // text and github print findings, no rows
-        return annotating_errors(format, a->file, [&] {
+        return reporting_errors("verify", format, a->file, [&] {
+            auto policy = a->allow.policy();
+            a->options.policy = policy.get();
             ckpt::OpenOptions open;
             if (!a->state_dict_key.empty()) open.state_dict_key = a->state_dict_key;
             if (!a->reference.empty()) {

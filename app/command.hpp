@@ -63,8 +63,16 @@ void add_allow_options(CLI::App& sub, AllowArgs& a);
 // `--format github`: the ::error annotation of an error (the path it names, else `file`; title
 // "ckpt-tool error"), written to stdout besides the one line on stderr that main writes.
 ckpt::Annotation error_annotation(const ckpt::Error& e, const std::string& file);
-// Runs `body`; in github format an Error it throws is also an annotation on stdout, then goes on to main.
-int annotating_errors(OutputFormat format, const std::string& file, const std::function<int()>& body);
+// `--json`: the report of an error, one JSON object on stdout (docs/schema/error.schema.json): the
+// report head of `command` ("": null, a command line that names none) and error {kind, file (the
+// path it names, else `file`, else null), message (the line on stderr), offset}.
+void print_error_json(const char* command, const ckpt::Error& e, const std::string& file);
+// Runs `body`; an Error it throws is also an annotation on stdout in github format, the error's
+// JSON report in json format, then goes on to main (the line on stderr, exit 2).
+int reporting_errors(const char* command, OutputFormat format, const std::string& file, const std::function<int()>& body);
+inline int reporting_errors(const char* command, bool json, const std::string& file, const std::function<int()>& body) {
+    return reporting_errors(command, json ? OutputFormat::json : OutputFormat::text, file, body);
+}
 
 // The process ends right after a command: the OS takes memory back at once, while freeing a value
 // tree of millions of nodes one by one costs more than reading it (measured: ~12% of inspect). Under

@@ -122,8 +122,9 @@ int main(int argc, char** argv) {
         if (e.get_exit_code() == 0) return cli.exit(e);  // --help, --version
         std::vector<std::string> commands;
         for (const Command& c : k_commands) commands.push_back(c.name);
-        std::cerr << "ckpt-tool: error: " << usage_error_message(cli, e, std::vector<std::string>(argv + 1, argv + argc), commands)
-                  << "\n";
+        UsageError u = usage_error(cli, e, std::vector<std::string>(argv + 1, argv + argc), commands);
+        if (u.json) print_error_json(u.command.c_str(), ckpt::Error(ckpt::ErrorKind::usage, "", u.message), "");
+        std::cerr << "ckpt-tool: error: " << u.message << "\n";
         return 2;
     }
     setup_logging(global);

@@ -1,5 +1,7 @@
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "command.hpp"
 
 namespace app {
@@ -44,11 +46,39 @@ ckpt::Annotation error_annotation(const ckpt::Error& e, const std::string& file)
     return {"error", e.path().empty() ? file : e.path(), "ckpt-tool error", message};
 }
 
-int annotating_errors(OutputFormat format, const std::string& file, const std::function<int()>& body) {
+namespace {
+
+nlohmann::json error_json(const char* command, const ckpt::Error& e, const std::string& file) {
+    nlohmann::json j = ckpt::report_head(command);
+    if (!*command) j["command"] = nullptr;  // a command line that names none
+    nlohmann::json err;
+    err["kind"] = ckpt::error_kind_name(e.kind());
+    err["file"] = !e.path().empty() ? nlohmann::json(e.path()) : !file.empty() ? nlohmann::json(file) : nlohmann::json(nullptr);
+    err["message"] = e.what();  // the line on stderr, after "ckpt-tool: error: "
+    err["offset"] = e.offset() ? nlohmann::json(*e.offset()) : nlohmann::json(nullptr);
+    j["error"] = std::move(err);
+    return j;
+}
+
+}  // namespace
+
+void print_error_json(const char* command, const ckpt::Error& e, const std::string& file) {
+    std::cout << error_json(command, e, file).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+}
+
+int reporting_errors(const char* command, OutputFormat format, const std::string& file, const std::function<int()>& body) {
     try {
         return body();
     } catch (const ckpt::Error& e) {
         if (format == OutputFormat::github) std::cout << ckpt::github_command(error_annotation(e, file)) << std::endl;
+        if (format == OutputFormat::json) print_error_json(command, e, file);
+        throw;
+    } catch (const std::exception& e) {  // not the tool's own: a defect, still one JSON object
+        if (format == OutputFormat::json) {
+            nlohmann::json j = error_json(command, ckpt::Error(ckpt::ErrorKind::usage, "", e.what()), file);
+            j["error"]["kind"] = "internal";
+            std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+        }
         throw;
     }
 }

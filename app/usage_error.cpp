@@ -80,11 +80,12 @@ std::vector<std::string> unexpected_words(const CLI::ParseError& error) {
 
 }  // namespace
 
-std::string usage_error_message(const CLI::App& cli, const CLI::ParseError& error, const std::vector<std::string>& args,
-                                const std::vector<std::string>& commands) {
+namespace {
+
+std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, const std::vector<std::string>& args,
+                          const std::vector<std::string>& commands, std::string& command) {
     const std::string list = " (commands: " + join(commands, ", ") + ")";
     // The command word: the first word that is neither a global option nor a global option's value.
-    std::string command;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a.empty() || a[0] != '-') {
@@ -95,8 +96,10 @@ std::string usage_error_message(const CLI::App& cli, const CLI::ParseError& erro
     }
     bool known = std::find(commands.begin(), commands.end(), command) != commands.end();
     if (!command.empty() && !known) {
-        std::string meant = closest(command, commands);
-        return "unknown command '" + command + "'" + (meant.empty() ? list : " (did you mean '" + meant + "'?)");
+        std::string word = command;
+        command.clear();
+        std::string meant = closest(word, commands);
+        return "unknown command '" + word + "'" + (meant.empty() ? list : " (did you mean '" + meant + "'?)");
     }
     const CLI::App* app = known ? cli.get_subcommand(command) : &cli;
     const std::string where = known ? command + ": " : "";
@@ -133,6 +136,18 @@ std::string usage_error_message(const CLI::App& cli, const CLI::ParseError& erro
     size_t nl = what.find('\n');
     if (nl != std::string::npos) what.resize(nl);
     return where + what + " (run '" + help + "')";
+}
+
+}  // namespace
+
+UsageError usage_error(const CLI::App& cli, const CLI::ParseError& error, const std::vector<std::string>& args,
+                       const std::vector<std::string>& commands) {
+    UsageError u;
+    u.message = usage_message(cli, error, args, commands, u.command);
+    for (size_t i = 0; i < args.size(); ++i)
+        u.json = u.json || args[i] == "--json" || args[i] == "--format=json" ||
+                 (args[i] == "--format" && i + 1 < args.size() && args[i + 1] == "json");
+    return u;
 }
 
 }  // namespace app

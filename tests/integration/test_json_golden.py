@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 """Locks the JSON contract: the --json output of every command on the shipped samples equals the
 committed golden files (tool.version aside) and satisfies its docs/schema/COMMAND.schema.json's
-required fields and types. Usage: test_json_golden.py --tool PATH [--update]"""
+required fields and types; a --json run that ends in an error prints one JSON object of it
+(docs/schema/error.schema.json) whose message is the line on stderr. Usage: test_json_golden.py
+--tool PATH [--update]"""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # (golden file, command line, expected exit code); paths relative to the repository.
@@ -16,6 +20,17 @@ CASES = [
     ("resnet_ddp.pth.diff-keys.json", ["diff-keys", "data/resnet_ddp.pth", "data/training.pth"], 1),
     ("resnet_ddp.pth.strip-prefix.json", ["strip-prefix", "data/resnet_ddp.pth", "--dry-run"], 0),
     ("training.pth.verify.json", ["verify", "data/training.pth", "--all"], 0),
+]
+# (command line, expected command, error kind, file the error names); {tmp} is a scratch folder.
+ERROR_CASES = [
+    (["inspect", "/nonexistent/x.pth"], "inspect", "io", "/nonexistent/x.pth"),
+    (["verify", "{tmp}/truncated.pth"], "verify", "format", "{tmp}/truncated.pth"),
+    (["diff-keys", "/nonexistent/a.pth", "data/training.pth"], "diff-keys", "io", "/nonexistent/a.pth"),
+    (["strip-prefix", "/nonexistent/a.pth", "-o", "{tmp}/out.pth"], "strip-prefix", "io", "/nonexistent/a.pth"),
+    (["convert", "/nonexistent/a.pth", "-o", "{tmp}/out.safetensors"], "convert", "io", "/nonexistent/a.pth"),
+    (["merge", "/nonexistent/run", "-o", "{tmp}/out.pth"], "merge", "io", "/nonexistent/run"),
+    (["verify", "data/training.pth", "--rtlo", "1e-3"], "verify", "usage", None),
+    (["inspct", "data/training.pth"], None, "usage", None),
 ]
 TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool,
          "null": type(None)}
@@ -79,6 +94,41 @@ def main():
             print("FAIL %s: %s" % (sample, p))
         passed += not problems
         failed += bool(problems)
+    with open(os.path.join(ROOT, "docs", "schema", "error.schema.json")) as f:
+        error_schema = json.load(f)
+    tmp = tempfile.mkdtemp(prefix="ckpt-json-errors-")
+    try:
+        with open(os.path.join(ROOT, "data", "training.pth"), "rb") as f:
+            head = f.read(1000)
+        with open(os.path.join(tmp, "truncated.pth"), "wb") as f:
+            f.write(head)  # torch.save's file cut short: its zip directory is missing
+        for argv, command, kind, file in ERROR_CASES:
+            argv = [a.replace("{tmp}", tmp) for a in argv] + ["--json"]
+            file = file.replace("{tmp}", tmp) if file else None
+            run = subprocess.run([args.tool] + argv, cwd=ROOT, capture_output=True, text=True)
+            problems = []
+            if run.returncode != 2:
+                problems.append("exit %d (expected 2)" % run.returncode)
+            try:
+                got = json.loads(run.stdout)  # one object, nothing else
+            except ValueError as e:
+                got = None
+                problems.append("stdout is not one JSON object (%s): %r" % (e, run.stdout[:200]))
+            if got is not None:
+                check_schema(got, error_schema, error_schema.get("$defs", {}), "$", problems)
+                err = got.get("error", {})
+                if got.get("command") != command:
+                    problems.append("command %r, expected %r" % (got.get("command"), command))
+                if err.get("kind") != kind or err.get("file") != file:
+                    problems.append("error kind %r file %r, expected %r %r" % (err.get("kind"), err.get("file"), kind, file))
+                if run.stderr != "ckpt-tool: error: %s\n" % err.get("message"):
+                    problems.append("stderr %r is not the report's message %r" % (run.stderr, err.get("message")))
+            for p in problems:
+                print("FAIL %s: %s" % (" ".join(argv), p))
+            passed += not problems
+            failed += bool(problems)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
