@@ -66,6 +66,28 @@ OptimizerSummary summarise(const OptimizerRef& o) {
     return s;
 }
 
+
+// What saved keys that start with `wp` (module. and _orig_mod., the outermost first): each
+// attribute is the wrapper around the rest, so "_orig_mod.module." is torch.compile(DDP(model)) and
+// "module._orig_mod." DDP(torch.compile(model)).
+std::string wrapper_origin(const std::string& wp) {
+    std::vector<bool> compiled;  // from the outermost
+    for (size_t at = 0; at < wp.size();) {
+        size_t dot = wp.find('.', at);
+        compiled.push_back(wp.compare(at, dot - at, "_orig_mod") == 0);
+        at = dot + 1;
+    }
+    if (compiled.size() == 1)
+        return compiled[0] ? "saved from a torch.compile'd model" : "saved from a DDP/DataParallel wrapper";
+    std::string expr = "model", story = "the model";
+    for (size_t i = compiled.size(); i-- > 0;) {
+        expr = std::string(compiled[i] ? "torch.compile" : "DDP") + "(" + expr + ")";
+        story += std::string(i + 1 == compiled.size() ? " " : ", then ") +
+                 (compiled[i] ? "compiled with torch.compile" : "wrapped in DDP/DataParallel");
+    }
+    return "saved from " + expr + ": " + story;
+}
+
 void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
     const StateDict& sd = c.state_dict();
     std::vector<std::string_view> names;
@@ -75,14 +97,7 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
     std::string n = std::to_string(names.size());
     std::string wp = wrapper_prefix(names);
     if (!wp.empty()) {
-        std::string why;
-        bool ddp = wp.find("module.") != std::string::npos;
-        bool compiled = wp.find("_orig_mod.") != std::string::npos;
-        if (ddp && compiled) why = "saved from a torch.compile'd model inside a DDP/DataParallel wrapper";
-        else if (ddp) why = "saved from a DDP/DataParallel wrapper";
-        else why = "saved from a torch.compile'd model";
-        r.hints.push_back({"wrapper_prefix",
-                           "all " + n + " keys start with \"" + wp + "\" (" + why + ")",
+        r.hints.push_back({"wrapper_prefix", "all " + n + " keys start with \"" + wp + "\" (" + wrapper_origin(wp) + ")",
                            strip_prefix_command(c.path(), sd.path, {}, "")});
         return;
     }

@@ -143,7 +143,9 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
                 with_module += starts_with(k, "module.");
                 with_compile += starts_with(k, "_orig_mod.");
             }
-            std::string why = "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\"";
+            std::string why = with_module || with_compile
+                                  ? "no prefix to strip: not every key starts with \"module.\" or \"_orig_mod.\""
+                                  : "already clean: no key starts with \"module.\" or \"_orig_mod.\", nothing to strip";
             std::string n = std::to_string(keys.size());
             std::string lead = common_leading_component(keys);
             if (with_module)

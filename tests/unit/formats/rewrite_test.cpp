@@ -274,3 +274,25 @@ TEST_CASE("pickle patch: a key pushed by an opcode it cannot rewrite is an error
     CHECK(access(out.c_str(), F_OK) != 0);
     CHECK(temporaries(dir) == 0);
 }
+
+TEST_CASE("strip-prefix: keys without a wrapper prefix are already clean; some with one are not every key") {
+    std::string dir = testing::scratch_dir("strip_clean");
+    auto write = [&](const std::string& name, const std::vector<std::string>& keys) {
+        PickleBuilder p;
+        p.proto(2).empty_dict().mark();
+        for (size_t i = 0; i < keys.size(); ++i) p.str(keys[i]).tensor("FloatStorage", std::to_string(i), 2, 0, {2}, {1});
+        p.setitems().stop();
+        std::vector<std::pair<std::string, std::string>> records;
+        for (size_t i = 0; i < keys.size(); ++i) records.push_back({std::to_string(i), std::string(8, '\0')});
+        testing::write_file(dir + "/" + name, testing::torch_zip("c", p.bytes(), records));
+        StripPrefixRequest rq;
+        rq.input = dir + "/" + name;
+        rq.output = dir + "/" + name + ".out";
+        return rq;
+    };
+    CHECK_THROWS_WITH(strip_prefix(write("clean.pth", {"conv.weight", "fc.bias"})),
+                      Catch::Contains("already clean: no key starts with \"module.\" or \"_orig_mod.\", nothing to strip"));
+    CHECK_THROWS_WITH(strip_prefix(write("mixed.pth", {"module.conv.weight", "fc.bias"})),
+                      Catch::Contains("not every key starts with \"module.\" or \"_orig_mod.\" (1 of 2 keys start with \"module.\""));
+    CHECK(temporaries(dir) == 0);
+}

@@ -221,6 +221,29 @@ TEST_CASE("checkpoint: storages find their records by the key's number or by its
     CHECK(c->tensors()[0].storage == c->tensors()[5].storage);
 }
 
+TEST_CASE("inspect: the wrapper hint tells the nesting the keys show, the outermost first") {
+    // Each attribute wraps the rest: _orig_mod.module.x is torch.compile(DDP(model)).
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"module.", "saved from a DDP/DataParallel wrapper"},
+        {"_orig_mod.", "saved from a torch.compile'd model"},
+        {"_orig_mod.module.", "saved from torch.compile(DDP(model)): the model wrapped in DDP/DataParallel, then compiled with torch.compile"},
+        {"module._orig_mod.", "saved from DDP(torch.compile(model)): the model compiled with torch.compile, then wrapped in DDP/DataParallel"},
+    };
+    for (const auto& [prefix, origin] : cases) {
+        INFO(prefix);
+        PickleBuilder p;
+        p.proto(2).empty_dict().mark();
+        p.str(prefix + "w").tensor("FloatStorage", "0", 2, 0, {2}, {1});
+        p.str(prefix + "b").tensor("FloatStorage", "1", 2, 0, {2}, {1});
+        p.setitems().stop();
+        auto c = open_bytes("w.pth", testing::torch_zip("w", p.bytes(), {{"0", floats(2)}, {"1", floats(2)}}));
+        InspectReport r = inspect(*c, {});
+        REQUIRE(r.hints.size() == 1);
+        CHECK(r.hints[0].kind == "wrapper_prefix");
+        CHECK(r.hints[0].message == "all 2 keys start with \"" + prefix + "\" (" + origin + ")");
+    }
+}
+
 TEST_CASE("checkpoint: the zip root is whatever the first record says") {
     PickleBuilder p;
     p.proto(2).empty_dict().str("w").tensor("HalfStorage", "0", 2, 0, {2}, {1}).setitem().stop();
