@@ -2,6 +2,7 @@
 // Each must end in exit 2 with a one-line message naming the file, or in a clean report (exit 0);
 // never a crash, never a command run.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -283,7 +284,15 @@ TEST_CASE("hostile inputs: refused with a clear message or read cleanly, never a
             CHECK(r.signal == 0);
             CHECK(r.exit_code == row.exit_code);
             if (row.exit_code == 2) {
-                CHECK(r.out.empty());  // never a partial table
+                if (!json) {
+                    CHECK(r.out.empty());  // never a partial table
+                } else {  // one JSON object of the error, never a partial report (error.schema.json)
+                    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+                    REQUIRE_FALSE(j.is_discarded());
+                    CHECK(j.value("command", "") == "inspect");
+                    CHECK(j["error"].value("file", "") == path);
+                    CHECK("ckpt-tool: error: " + j["error"].value("message", "") + "\n" == r.err);
+                }
                 CHECK(r.err.find(path) != std::string::npos);
                 CHECK(r.err.find(row.message) != std::string::npos);
                 CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
