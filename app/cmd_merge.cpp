@@ -50,20 +50,12 @@ Runner setup_merge(CLI::App& sub, const GlobalOptions& global) {
             }
             if (!a->tag.empty()) rq.open.tag = a->tag;
             if (!a->state_dict_key.empty()) rq.open.state_dict_key = a->state_dict_key;
-            if (!a->dtype.empty()) {
-                auto d = ckpt::dtype_from_name(a->dtype);
-                if (!d || (*d != ckpt::DType::bfloat16 && *d != ckpt::DType::float16 && *d != ckpt::DType::float32 &&
-                           *d != ckpt::DType::float64))
-                    throw ckpt::Error(ckpt::ErrorKind::usage, rq.input, "--dtype " + a->dtype + ": expected bfloat16, float16, float32 or float64");
-                rq.dtype = d;
-            }
+            if (auto d = cast_dtype(a->dtype, rq.input)) rq.dtype = d;
             if (!a->shard_size.empty()) rq.shard_size = ckpt::parse_size(a->shard_size);
             rq.verify = !a->no_verify;
             rq.progress = progress_line(global, "merge");
             ckpt::MergeReport report = ckpt::merge(rq);
-            if (a->json) std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-            else ckpt::render_text(report, std::cout, {global.color_enabled()});
-            std::cout.flush();
+            print_report(report, a->json, global);
             return 0;
         });
     };

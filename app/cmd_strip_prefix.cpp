@@ -33,12 +33,7 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global) {
         return reporting_errors("strip-prefix", a->json, a->request.input, [&] {
             if (!a->state_dict_key.empty()) a->request.open.state_dict_key = a->state_dict_key;
             ckpt::StripPrefixReport report = ckpt::strip_prefix(a->request);
-            if (a->json) {
-                std::cout << ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-            } else {
-                ckpt::render_text(report, std::cout, {global.color_enabled()});
-            }
-            std::cout.flush();
+            print_report(report, a->json, global);
             return 0;
         });
     };

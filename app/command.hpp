@@ -2,11 +2,13 @@
 #pragma once
 
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "ckpt/dtype.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/globals.hpp"
 #include "ckpt/report.hpp"
@@ -72,6 +74,18 @@ void print_error_json(const char* command, const ckpt::Error& e, const std::stri
 int reporting_errors(const char* command, OutputFormat format, const std::string& file, const std::function<int()>& body);
 inline int reporting_errors(const char* command, bool json, const std::string& file, const std::function<int()>& body) {
     return reporting_errors(command, json ? OutputFormat::json : OutputFormat::text, file, body);
+}
+
+// `--dtype NAME` of a writer (convert, merge): the floating-point type to cast to; nullopt for "";
+// Error(usage) naming `input` for anything but bfloat16, float16, float32, float64.
+std::optional<ckpt::DType> cast_dtype(const std::string& name, const std::string& input);
+
+// A writer's report on stdout: its JSON (--json) or its text.
+template <class Report>
+void print_report(const Report& report, bool json, const GlobalOptions& global) {
+    if (json) std::cout << to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    else render_text(report, std::cout, {global.color_enabled()});
+    std::cout.flush();
 }
 
 // The process ends right after a command: the OS takes memory back at once, while freeing a value

@@ -83,4 +83,12 @@ int reporting_errors(const char* command, OutputFormat format, const std::string
     }
 }
 
+std::optional<ckpt::DType> cast_dtype(const std::string& name, const std::string& input) {
+    if (name.empty()) return std::nullopt;
+    auto d = ckpt::dtype_from_name(name);
+    if (!d || (*d != ckpt::DType::bfloat16 && *d != ckpt::DType::float16 && *d != ckpt::DType::float32 && *d != ckpt::DType::float64))
+        throw ckpt::Error(ckpt::ErrorKind::usage, input, "--dtype " + name + ": expected bfloat16, float16, float32 or float64");
+    return d;
+}
+
 }  // namespace app
