@@ -86,11 +86,19 @@ std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, con
                           const std::vector<std::string>& commands, std::string& command) {
     const std::string list = " (commands: " + join(commands, ", ") + ")";
     // The command word: the first word that is neither a global option nor a global option's value.
+    // An option before it that is no global one is the first thing wrong (and its value, if it has
+    // one, cannot be told from a command).
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a.empty() || a[0] != '-') {
             command = a;
             break;
+        }
+        std::string name = a.substr(0, a.find('='));
+        if (name.size() > 1 && !cli.get_option_no_throw(name)) {
+            std::string meant = closest(name, option_names(cli));
+            return "unknown option '" + name + "'" +
+                   (meant.empty() ? " (run 'ckpt-tool --help' for the options and commands)" : " (did you mean '" + meant + "'?)");
         }
         if (takes_value(cli, a)) ++i;
     }

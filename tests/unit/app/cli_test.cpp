@@ -60,6 +60,8 @@ TEST_CASE("cli: every parse error is one line of the tool's own, with the comman
         {{"frobnicate"}, "unknown command 'frobnicate'" + commands},
         {{}, "no command given" + commands},
         {{"-q"}, "no command given" + commands},
+        {{"--colour", "never", "inspect", "x.pth"}, "unknown option '--colour' (did you mean '--color'?)\n"},
+        {{"--bogus"}, "unknown option '--bogus' (run 'ckpt-tool --help' for the options and commands)\n"},
         {{"verify", "a.pth", "b.pth", "--rtlo", "1e-3"}, "verify: unknown option '--rtlo' (did you mean '--rtol'?)\n"},
         {{"verify", "a.pth", "--rtol=1e-3", "--atl=2"}, "verify: unknown option '--atl' (did you mean '--atol'?)\n"},
         {{"convert", "x.pth", "-o", "y.pth", "--dtyp", "float16"}, "convert: unknown option '--dtyp' (did you mean '--dtype'?)\n"},
