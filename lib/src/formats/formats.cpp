@@ -55,7 +55,8 @@ void read_container(Checkpoint::Contents& c, const OpenOptions& options) {
     ModelBuilder(c, options).build(true);
     c.index_storage_records();  // where the reader did not (torch_zip.cpp does)
     // The open is done with the zip's central directory (torch_zip.cpp gave it back before the
-    // pickle ran; an export archive's reader did not).
+    // pickle ran, and a storage found by name brought some back; an export archive's reader did
+    // not give it back).
     if (c.zip) c.file->release(c.zip->central_directory());
 }
 

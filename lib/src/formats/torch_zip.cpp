@@ -92,23 +92,24 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.pickle_opcodes = std::move(r.first_opcodes);
 
     // Each storage's record, and its index (a record is its zip entry here): by the key's number,
-    // or by name for a key that is not a small number (and then the directory's pages come back).
-    std::string record = data;  // a record's name, made in one buffer
+    // or by name for a key that is not a small number (the directory's pages then come back until
+    // read_container gives them back after the build).
+    std::string record = data;  // a record's name, made in one buffer when it is needed
+    auto name_of = [&](std::string_view key) -> const std::string& {
+        record.resize(data.size());
+        return record.append(key);
+    };
     bool indexed = c.records_are_zip_entries && entries.size() < Checkpoint::Contents::k_no_record;
     if (indexed) c.storage_records.assign(c.storages.size(), Checkpoint::Contents::k_no_record);
-    bool by_name = false;
     for (size_t i = 0; i < c.storages.size(); ++i) {
         StorageInfo& s = c.storages[i];
-        record.resize(data.size());
-        record.append(s.key);
         const ZipEntry* e = nullptr;
         auto key = DecimalIndex::number(s.key);
         if (key && record_by_key.covers(*key)) {
             size_t at = record_by_key.find(*key);
             if (at != DecimalIndex::npos) e = &entries[at];
         } else {
-            e = c.zip->find(record);
-            by_name = true;
+            e = c.zip->find(name_of(s.key));
         }
         if (e) {
             s.record = e->name;  // the directory's text
@@ -116,10 +117,9 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
             s.record_size = e->size;
             if (indexed) c.storage_records[i] = static_cast<uint32_t>(e - entries.data());
         } else {
-            s.record = c.keep(record);
+            s.record = c.keep(name_of(s.key));
         }
     }
-    if (by_name) c.file->release(c.zip->central_directory());
 }
 
 }  // namespace ckpt
