@@ -78,9 +78,12 @@ std::vector<std::string> unexpected_words(const CLI::ParseError& error) {
     return words;
 }
 
-}  // namespace
-
-namespace {
+// "unknown option 'NAME'", with the closest of `names` when one is close enough.
+std::string unknown_option(const std::string& name, const std::vector<std::string>& names, bool& meant) {
+    std::string best = closest(name, names);
+    meant = !best.empty();
+    return "unknown option '" + name + "'" + (meant ? " (did you mean '" + best + "'?)" : "");
+}
 
 std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, const std::vector<std::string>& args,
                           const std::vector<std::string>& commands, std::string& command) {
@@ -96,9 +99,9 @@ std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, con
         }
         std::string name = a.substr(0, a.find('='));
         if (name.size() > 1 && !cli.get_option_no_throw(name)) {
-            std::string meant = closest(name, option_names(cli));
-            return "unknown option '" + name + "'" +
-                   (meant.empty() ? " (run 'ckpt-tool --help' for the options and commands)" : " (did you mean '" + meant + "'?)");
+            bool meant = false;
+            std::string out = unknown_option(name, option_names(cli), meant);
+            return out + (meant ? "" : " (run 'ckpt-tool --help' for the options and commands)");
         }
         if (takes_value(cli, a)) ++i;
     }
@@ -126,11 +129,9 @@ std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, con
             std::string out;
             bool all_meant = true;
             for (const std::string& o : options) {
-                std::string name = o.substr(0, o.find('='));
-                std::string meant = closest(name, known_options);
-                all_meant = all_meant && !meant.empty();
-                out += (out.empty() ? "" : "; ") + ("unknown option '" + name + "'") +
-                       (meant.empty() ? "" : " (did you mean '" + meant + "'?)");
+                bool meant = false;
+                out += (out.empty() ? "" : "; ") + unknown_option(o.substr(0, o.find('=')), known_options, meant);
+                all_meant = all_meant && meant;
             }
             return where + out + (all_meant ? "" : " (run '" + help + "' for its options)");
         }
@@ -138,8 +139,7 @@ std::string usage_message(const CLI::App& cli, const CLI::ParseError& error, con
         for (const std::string& w : others) quoted += (quoted.empty() ? "'" : ", '") + w + "'";
         return where + "unexpected argument" + (others.size() > 1 ? "s " : " ") + quoted + " (run '" + help + "')";
     }
-    if (!known && args.empty()) return "no command given" + list;
-    if (!known && dynamic_cast<const CLI::RequiredError*>(&error)) return "no command given" + list;
+    if (!known && (args.empty() || dynamic_cast<const CLI::RequiredError*>(&error))) return "no command given" + list;
     std::string what = error.what();
     size_t nl = what.find('\n');
     if (nl != std::string::npos) what.resize(nl);
