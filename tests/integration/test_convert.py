@@ -100,6 +100,12 @@ def test_convert(s):
     s.check(sorted(tensors) == sorted(want_names), "names: %s" % sorted(tensors))
     for k in want_names:
         s.check(k in tensors and same_bits(tensors[k], sd[k]), "%s: bytes differ from torch's" % k)
+    # The tied weight stored once is its alias again to every command: verify and diff-keys against
+    # the source find every key (lm_head.weight too), with the same content.
+    r = s.run("verify", out, src, "--exact", "--json")
+    s.check(r.returncode == 0 and json.loads(r.stdout)["findings"] == [], "verify OUT SRC --exact: exit %d %s" % (r.returncode, r.stdout[-300:]))
+    r = s.run("diff-keys", out, src)
+    s.check(r.returncode == 0, "diff-keys OUT SRC: exit %d %s" % (r.returncode, r.stdout[-300:]))
     # data order: larger elements first, then by name; offsets tile the buffer
     entries = [(k, e) for k, e in header.items() if k != "__metadata__"]
     order = sorted(entries, key=lambda kv: kv[1]["data_offsets"][0])
@@ -224,7 +230,8 @@ def test_convert(s):
         for target in (index_path, os.path.dirname(shard_out)):
             rc = s.run("inspect", target, "--json")
             j = json.loads(rc.stdout) if rc.returncode == 0 else {}
-            s.check(rc.returncode == 0 and sorted(t["state_dict_key"] for t in j["tensors"]) == sorted(want_names),
+            # lm_head.weight, the alias in its shard's __metadata__, is an entry of embed.weight's tensor again.
+            s.check(rc.returncode == 0 and sorted(t["state_dict_key"] for t in j["tensors"]) == sorted(sd),
                     "inspect %s: exit %d %s" % (target, rc.returncode, rc.stderr))
         rc = s.run("verify", index_path, out, "--exact")
         s.check(rc.returncode == 0, "verify of the shards against the single file: exit %d %s" % (rc.returncode, rc.stdout[-400:]))

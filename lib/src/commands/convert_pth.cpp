@@ -118,16 +118,15 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
         items.push_back({written_name(rq, e.name), *c.entries()[e.entry].tensor});
         require_plain(rq, c.tensors()[items.back().tensor], e.name, "a state dict written anew");
     }
-    // The aliases safetensors' converters record in __metadata__ (alias → kept name) become shared
-    // storage again; the rest of the metadata has no place in a pth file.
+    // The aliases safetensors' converters record in __metadata__ (alias → kept name) are entries of
+    // the kept tensor already (read_safetensors_file), so shared storage again; the rest of the
+    // metadata has no place in a pth file.
     for (const auto& [key, value] : c.metadata()) {
-        auto kept = by_name.find(value);
-        if (kept != by_name.end() && !by_name.count(key)) {
-            items.push_back({key, kept->second});
+        auto kept = by_name.find(value), alias = by_name.find(key);
+        if (kept != by_name.end() && alias != by_name.end() && alias->second == kept->second)
             r.deduplicated.push_back({key, value});
-        } else if (key != "format") {
+        else if (key != "format")
             r.metadata_dropped.push_back(key);
-        }
     }
     // Shards by storage, in first-use order: tensors that share a storage stay in one shard.
     std::unordered_map<size_t, size_t> unit_of;

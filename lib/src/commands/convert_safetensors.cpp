@@ -119,8 +119,10 @@ std::vector<std::pair<std::string, std::string>> shard_metadata(const Checkpoint
     if (!c.metadata().empty() || !r.deduplicated.empty())
         for (const Planned& p : shard) in_shard.insert(p.name);
     std::vector<std::pair<std::string, std::string>> meta{{"format", "pt"}};
+    std::unordered_set<std::string_view> aliases;  // said below, once (an input's own aliases are entries: read_safetensors_file)
+    for (const auto& [alias, kept] : r.deduplicated) aliases.insert(alias);
     for (const auto& [k, v] : c.metadata())
-        if (!tensor_names.count(v) || tensor_names.count(k) || in_shard.count(v)) meta.push_back({k, v});
+        if (!aliases.count(k) && (!tensor_names.count(v) || tensor_names.count(k) || in_shard.count(v))) meta.push_back({k, v});
     for (const auto& [alias, kept] : r.deduplicated)
         if (in_shard.count(kept)) meta.push_back({alias, kept});
     for (const auto& [k, v] : rq.metadata) meta.push_back({k, v});
@@ -208,7 +210,14 @@ void write_safetensors(std::unique_ptr<Checkpoint> c, const ConvertRequest& rq, 
         }
         ConvertRequest shard_rq = rq;
         shard_rq.output = p.paths[n];
-        verify_written(c.get(), shard_rq, out, r, p.shards[n].size(), source);
+        // Its tensors, and the aliases of them its __metadata__ holds (read back as entries).
+        size_t entries = p.shards[n].size();
+        if (!r.deduplicated.empty()) {
+            std::unordered_set<std::string_view> here;
+            for (const Planned& e : p.shards[n]) here.insert(e.name);
+            for (const auto& [alias, kept] : r.deduplicated) entries += here.count(kept);
+        }
+        verify_written(c.get(), shard_rq, out, r, entries, source);
     }
     std::unique_ptr<AtomicFile> index;
     if (p.shards.size() > 1) index = write_index(p.index_path, p.total, weight_map, r.bytes_written);

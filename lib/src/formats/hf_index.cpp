@@ -143,9 +143,14 @@ std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const Op
         const Checkpoint* shard = owned.get();
         if (s == 0) c->format = shard->format();
         size_t tensor_base = c->adopt_part(std::move(owned), file);
+        // A tensor at a second name of the shard (a tied weight's alias in its __metadata__) counts
+        // once in total_size, and the weight_map may list that name or not, as writers differ.
+        std::vector<char> seen(shard->tensors().size());
         for (const auto& e : shard->state_dict().entries) {
             const Entry& entry = shard->entries()[e.entry];
             std::string_view name = e.name;
+            bool alias = seen[*entry.tensor];
+            seen[*entry.tensor] = 1;
             size_t row = listed.find(name, map_name);
             const std::string* held = row != StringIndex::npos ? holder[row] : nullptr;
             if (row == StringIndex::npos)
@@ -156,7 +161,8 @@ std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const Op
             }
             if (row == StringIndex::npos) {
                 unlisted_holder.emplace(std::string(name), file);
-                c->problems.push_back({"index_unlisted", std::string(name), "tensor " + std::string(name) + " of " + file + " is not in the index's weight_map"});
+                if (!alias)
+                    c->problems.push_back({"index_unlisted", std::string(name), "tensor " + std::string(name) + " of " + file + " is not in the index's weight_map"});
             } else {
                 holder[row] = &file;
                 if (map[row].second != file)
@@ -168,7 +174,7 @@ std::unique_ptr<Checkpoint> try_open_hf_index(const std::string& given, const Op
             tv->set_i(static_cast<int64_t>(tensor_base + *entry.tensor));
             tv->set_s(c->arena.own(std::string(dtype_name(c->tensors[tensor_base + *entry.tensor].dtype))));
             c->arena.append_entry(root, key, tv);
-            total += c->tensor_bytes(c->tensors[tensor_base + *entry.tensor]);
+            if (!alias) total += c->tensor_bytes(c->tensors[tensor_base + *entry.tensor]);
         }
         c->shards.back()->contents().keep_records_only();  // its tables are joined into c's now
     }

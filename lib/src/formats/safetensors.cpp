@@ -376,6 +376,23 @@ void read_safetensors_file(Checkpoint::Contents& c, const OpenOptions&) {
         c.storages.push_back(std::move(s));
         c.tensors.push_back(std::move(t));
     }
+    // A tensor tied to another is stored once, its second name in __metadata__ as "alias": "kept"
+    // (safetensors' save_model, and convert, write it so): the alias is the kept tensor's entry again,
+    // as in the state dict it was written from (one tensor at two keys), so every command sees both.
+    if (!c.metadata.empty()) {
+        std::unordered_map<std::string_view, size_t> tensor_of;  // name → index into c.tensors
+        for (size_t i = 0; i < h.tensors.size(); ++i) tensor_of.emplace(h.tensors[i].name, n - h.tensors.size() + i);
+        for (const auto& [alias, kept] : c.metadata) {
+            auto k = tensor_of.find(kept);
+            if (k == tensor_of.end() || tensor_of.count(alias)) continue;
+            Value* key = c.arena.make(ValueKind::string, 8);
+            key->set_s(c.arena.own(alias));
+            Value* tv = c.arena.make(ValueKind::tensor, c.record_ranges[c.tensors[k->second].storage].first);
+            tv->set_i(static_cast<int64_t>(k->second));
+            tv->set_s(dtype_name(c.tensors[k->second].dtype));
+            c.arena.append_entry(root, key, tv);
+        }
+    }
     c.root = root;
 }
 
