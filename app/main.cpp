@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     CLI::App cli{"ckpt-tool: inspect, check and repair PyTorch checkpoints without running them."};
     cli.set_version_flag("--version", std::string("ckpt-tool ") + ckpt::tool_version());
     cli.require_subcommand(1);
+    cli.fallthrough();  // the global options after the command too: `ckpt-tool scan -v F` as `ckpt-tool -v scan F`
     GlobalOptions global;
     cli.add_flag("-v,--verbose", global.verbose, "Debug detail on stderr");
     cli.add_flag("-q,--quiet", global.quiet, "Errors only on stderr");

@@ -24,7 +24,7 @@ CASES = [
 # (command line, expected command, error kind, file the error names); {tmp} is a scratch folder.
 ERROR_CASES = [
     (["inspect", "/nonexistent/x.pth"], "inspect", "io", "/nonexistent/x.pth"),
-    (["verify", "{tmp}/truncated.pth"], "verify", "format", "{tmp}/truncated.pth"),
+    (["verify", "{tmp}/truncated.pth"], "verify", "corrupt", "{tmp}/truncated.pth"),
     (["diff-keys", "/nonexistent/a.pth", "data/training.pth"], "diff-keys", "io", "/nonexistent/a.pth"),
     (["strip-prefix", "/nonexistent/a.pth", "-o", "{tmp}/out.pth"], "strip-prefix", "io", "/nonexistent/a.pth"),
     (["convert", "/nonexistent/a.pth", "-o", "{tmp}/out.safetensors"], "convert", "io", "/nonexistent/a.pth"),

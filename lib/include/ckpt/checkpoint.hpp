@@ -148,6 +148,10 @@ inline GlobalVerdict judge(const GlobalPolicy& policy, const GlobalRef& g) {
     return g.bound_methods ? bound_method_verdict(g.bound_methods, g.bound_method) : policy.judge(g.module, g.name);
 }
 
+// What damage that a second save explains usually means, and its fix: inspect and verify say it.
+inline constexpr const char* k_two_writers_advice =
+    "two processes saving to one path? Save from one rank only: if dist.get_rank() == 0: torch.save(...)";
+
 struct Problem {
     std::string kind;     // "missing_record", "record_size", "out_of_bounds", "storage_conflict" …
     std::string key;      // the tensor key or record it concerns
@@ -243,6 +247,15 @@ public:
     const StateDict& state_dict() const;
     const std::vector<GlobalRef>& globals() const;
     const std::vector<Problem>& problems() const;
+    // What only the records' frames show, checked now without reading any record's data
+    // (ZipArchive::frame_problem of every zip record, a sharded checkpoint's shards' too; nothing in
+    // other formats), key the record's name, in file order. Kind "record_header": the local header
+    // is broken, so the data cannot be found; "record_descriptor": the data is there, but the CRC-32
+    // after it is another save's. Cheap: two small reads a record.
+    std::vector<Problem> frame_problems() const;
+    // The records under ROOT/data/ that no storage names, in file order (a torch.save file has none:
+    // another save left them).
+    std::vector<size_t> unreferenced_records() const;
 
     // Number of distinct tensors (by rebuild object) viewing each storage.
     std::vector<size_t> storage_users() const;

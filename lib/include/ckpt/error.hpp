@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ckpt {
 
@@ -41,5 +42,17 @@ private:
     std::string m_message;
     std::optional<uint64_t> m_offset;
 };
+
+// Runs `f`; an Error raised without a file (below the layer that knows which file it was reading)
+// leaves naming `path`, so every message says which file is wrong.
+template <class F>
+decltype(auto) naming_file(const std::string& path, F&& f) {
+    try {
+        return std::forward<F>(f)();
+    } catch (const Error& e) {
+        if (e.path().empty()) throw e.with_path(path);
+        throw;
+    }
+}
 
 }  // namespace ckpt

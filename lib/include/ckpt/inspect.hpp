@@ -42,7 +42,7 @@ struct Hint {
 };
 
 struct Warning {
-    std::string kind;     // "unknown_global", "dangerous_global"
+    std::string kind;     // "unknown_global", "dangerous_global", "unreferenced_records"
     std::string message;
 };
 
@@ -80,7 +80,8 @@ struct InspectReport {
 };
 
 // Throws Error(corrupt) when the file's tensors do not fit its storages (the first problem, and how
-// many more there are): inspect reads, it does not diagnose damage (verify does).
+// many more there are), or when a record's frame shows damage (Checkpoint::frame_problems: parts of
+// two saves in one file): the checks that cost no tensor byte. verify reads every byte.
 InspectReport inspect(const Checkpoint& checkpoint, const InspectOptions& options);
 
 nlohmann::json to_json(const InspectReport& report);

@@ -47,7 +47,7 @@ struct VerifyOptions {
 };
 
 struct Finding {
-    std::string kind;  // crc_mismatch, missing_record, record_size, out_of_bounds, storage_conflict,
+    std::string kind;  // crc_mismatch, mixed_saves, record_frame, missing_record, record_size, out_of_bounds, storage_conflict,
                        // unreferenced_record, nan, inf, unsafe_global, optimizer_mismatch,
                        // missing, extra, changed, drift
     std::string key;   // the tensor, record or global it concerns

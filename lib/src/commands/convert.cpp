@@ -134,7 +134,7 @@ std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_
 
 using namespace detail;
 
-ConvertReport convert(const ConvertRequest& rq) {
+static ConvertReport convert_unnamed(const ConvertRequest& rq) {
     ConvertReport r;
     r.input = rq.input;
     r.output = rq.output;
@@ -201,6 +201,10 @@ ConvertReport convert(const ConvertRequest& rq) {
     }
     write_safetensors(std::move(c), rq, r);
     return r;
+}
+
+ConvertReport convert(const ConvertRequest& rq) {
+    return naming_file(rq.input, [&] { return convert_unnamed(rq); });
 }
 
 uint64_t parse_size(const std::string& text) {

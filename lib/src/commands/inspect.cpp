@@ -112,6 +112,12 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
 }  // namespace
 
 InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
+    if (std::vector<Problem> frames = c.frame_problems(); !frames.empty()) {
+        std::string more = frames.size() > 1 ? " (and " + std::to_string(frames.size() - 1) + " more records)" : "";
+        throw Error(ErrorKind::corrupt, c.path(),
+                    frames.front().message + more + (frames.size() > 1 ? ": the file holds parts of two saves (" : ": another save wrote there? (") +
+                        k_two_writers_advice + "); 'ckpt-tool verify " + c.path() + "' lists every finding");
+    }
     if (!c.problems().empty()) {
         const Problem& p = c.problems().front();
         std::string more = c.problems().size() > 1
@@ -183,6 +189,12 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
         r.hints.push_back({"no_state_dict",
                            "no mapping of names to tensors found; name one with --state-dict-key", ""});
 
+    if (std::vector<size_t> left = c.unreferenced_records(); !left.empty())
+        r.warnings.push_back({"unreferenced_records",
+                              std::to_string(left.size()) + " record" + (left.size() == 1 ? "" : "s") + " under data/ (" +
+                                  std::string(c.records()[left.front()].name) + (left.size() == 1 ? "" : " …") +
+                                  ")" + (left.size() == 1 ? " is" : " are") + " no tensor's storage: left by another save? (" + k_two_writers_advice +
+                                  "); 'ckpt-tool verify " + c.path() + "' checks every byte"});
     r.weights_only = weights_only_answers(c);
     for (const auto& g : c.globals()) {
         r.globals.push_back(judge(*options.policy, g));

@@ -285,7 +285,7 @@ ScanReport scan_bytes(ByteView f, const std::string& name, const ScanOptions& op
 }
 
 ScanReport scan_file(const std::string& path, const ScanOptions& options) {
-    try {
+    return naming_file(path, [&] {
         MappedFile file(path);
         ScanReport r = scan_bytes(file.view(), path, options);
         if (r.format == "torch-zip" || r.format == "torchscript" || r.format == "legacy") {
@@ -296,10 +296,7 @@ ScanReport scan_file(const std::string& path, const ScanOptions& options) {
             }
         }
         return r;
-    } catch (const Error& e) {
-        if (e.path().empty()) throw e.with_path(path);
-        throw;
-    }
+    });
 }
 
 }  // namespace ckpt

@@ -426,7 +426,7 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
 
 }  // namespace
 
-StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
+static StripPrefixReport strip_prefix_unnamed(const StripPrefixRequest& rq) {
     StripPrefixReport r;
     r.file = rq.input;
     r.dry_run = rq.dry_run;
@@ -483,6 +483,10 @@ StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
     out.commit(rq.force || rq.in_place);
     r.output = target;
     return r;
+}
+
+StripPrefixReport strip_prefix(const StripPrefixRequest& rq) {
+    return naming_file(rq.input, [&] { return strip_prefix_unnamed(rq); });
 }
 
 nlohmann::json to_json(const StripPrefixReport& r) {

@@ -27,12 +27,7 @@ namespace ckpt {
 namespace {
 
 using text::ends_with;
-
-std::string hex32(uint32_t v) {
-    char b[16];
-    std::snprintf(b, sizeof b, "0x%08x", v);
-    return b;
-}
+using text::hex32;
 
 std::string number_text(const Stat& v) {
     if (!v) return "none";
@@ -49,29 +44,69 @@ void value_findings(const TensorPrint& t, std::vector<Finding>& out) {
                                          std::to_string(t.stats.count) + " values"});
 }
 
+// The CRC findings, named by the tensors whose bytes each record holds: the records no tensor views
+// first (the pickle …), then in the order of the file's tensors (not the directory's, which sorts
+// data/10 before data/2). Two or more storages changed is what two saves into one file leave, and
+// a finding of its own says so, first.
+void crc_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Finding>& out) {
+    constexpr size_t k_none = SIZE_MAX;
+    std::vector<size_t> bad_of_record(c.records().size(), k_none);  // record → its row in fp.records
+    std::vector<const RecordCrc*> bad;
+    for (const RecordCrc& r : fp.records)
+        if (!r.ok())
+            if (auto i = c.record_index(r.record)) {
+                bad_of_record[*i] = bad.size();
+                bad.push_back(&r);
+            }
+    if (bad.empty()) return;
+    std::vector<std::vector<std::string_view>> keys(bad.size());  // the tensors viewing each, in file order
+    std::vector<size_t> order;                                     // bad rows with tensors, by the first one's place
+    size_t storage_records = 0;
+    std::vector<char> counted(c.records().size());
+    for (const Entry& e : c.entries()) {
+        if (!e.tensor || !c.tensors()[*e.tensor].strided_view()) continue;
+        auto r = c.storage_record(c.tensors()[*e.tensor].storage);
+        if (!r) continue;
+        if (!counted[*r]) storage_records += counted[*r] = 1;
+        size_t b = bad_of_record[*r];
+        if (b == k_none) continue;
+        if (keys[b].empty()) order.push_back(b);
+        if (keys[b].size() < 4) keys[b].push_back(e.key);
+    }
+    auto finding = [&](size_t b) {
+        const RecordCrc& r = *bad[b];
+        std::string what = "record " + std::string(r.record);
+        if (!keys[b].empty()) {
+            std::string names;
+            for (size_t k = 0; k < keys[b].size() && k < 3; ++k) names += (k ? ", " : "") + std::string(keys[b][k]);
+            what = names + (keys[b].size() > 3 ? " …" : "") + " (" + what + ")";
+        }
+        out.push_back({"crc_mismatch", std::string(r.record),
+                       what + ": the bytes changed after they were written: CRC-32 is " + hex32(r.actual) +
+                           ", the zip directory says " + hex32(r.expected)});
+    };
+    if (order.size() >= 2) {
+        std::string first;
+        for (size_t k = 0; k < order.size() && k < 3; ++k) first += (k ? ", " : "") + std::string(keys[order[k]].front());
+        out.push_back({"mixed_saves", "",
+                       std::to_string(order.size()) + " of " + std::to_string(storage_records) +
+                           " tensor records changed after they were written (" + first + (order.size() > 3 ? " …" : "") +
+                           "): what two saves into one file leave (" + k_two_writers_advice + ")"});
+    }
+    for (size_t b = 0; b < bad.size(); ++b)
+        if (keys[b].empty()) finding(b);
+    for (size_t b : order) finding(b);
+}
+
 // `values`: the tensors' NaN and Inf findings, in file order (value_findings of each).
 void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Finding>&& values,
                         const GlobalPolicy& policy, std::vector<Finding>& out) {
-    for (const auto& r : fp.records)
-        if (!r.ok())
-            out.push_back({"crc_mismatch", std::string(r.record),
-                           "record " + std::string(r.record) + ": CRC-32 is " + hex32(r.actual) + ", the zip directory says " +
-                               hex32(r.expected) + " (the bytes changed after they were written)"});
+    crc_findings(c, fp, out);
     for (const auto& p : c.problems()) out.push_back({p.kind, p.key, p.message});
-    // By the first record of each name (record_index): whether a storage names it. A record not so
-    // marked (only then) is looked up by its name, for a first record of the same name that is.
-    // A storage's record is the one its name finds (Checkpoint::storage_record); names are read only
-    // for records no storage marks (none, in a file as torch.save writes it).
-    std::vector<char> storage_record(c.records().size());
-    for (size_t s = 0; s < c.storages().size(); ++s)
-        if (auto r = c.storage_record(s)) storage_record[*r] = 1;
-    std::string data_dir = c.zip_root() + "/data/";
-    for (size_t i = 0; i < c.records().size(); ++i)
-        if (const RecordInfo& e = c.records()[i];
-            !storage_record[i] && c.format() != Format::safetensors && e.name.compare(0, data_dir.size(), data_dir) == 0 &&
-            !storage_record[*c.record_index(e.name)])
-            out.push_back({"unreferenced_record", std::string(e.name),
-                           "record " + std::string(e.name) + " is not the storage of any tensor (left by another writer?)"});
+    for (size_t i : c.unreferenced_records()) {
+        std::string name(c.records()[i].name);
+        out.push_back({"unreferenced_record", name, "record " + name + " is not the storage of any tensor (left by another writer?)"});
+    }
     out.insert(out.end(), std::make_move_iterator(values.begin()), std::make_move_iterator(values.end()));
     for (const auto& g : c.globals()) {
         GlobalVerdict v = judge(policy, g);
@@ -428,7 +463,7 @@ std::vector<Finding> check_optimizers(const Checkpoint& c) {
     return out;
 }
 
-VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out, ReferenceAhead* ahead) {
+static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out, ReferenceAhead* ahead) {
     VerifyReport rep;
     rep.file = c.path();
     rep.reference = o.reference;
@@ -440,6 +475,20 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     bool ref_is_fingerprint = false;
     if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint, ahead);
     bool all = o.all || (ref && ref_is_fingerprint && ref->scope == "all");
+
+    // A record whose local header is broken cannot be found: the records' frames are the findings,
+    // with the checks that read no value, and no value is read.
+    if (std::vector<Problem> frames = c.frame_problems();
+        std::any_of(frames.begin(), frames.end(), [](const Problem& p) { return p.kind == "record_header"; })) {
+        if (frames.size() >= 2)
+            rep.findings.push_back({"mixed_saves", "",
+                                    std::to_string(frames.size()) + " records are not where or what the zip directory says (" +
+                                        frames.front().key + " …): what two saves into one file leave (" + k_two_writers_advice +
+                                        "); no tensor value was read"});
+        for (const Problem& p : frames) rep.findings.push_back({"record_frame", p.key, p.message});
+        integrity_findings(c, Fingerprint{}, {}, *o.policy, rep.findings);
+        return rep;
+    }
 
     FingerprintOptions so;
     so.all = all;
@@ -484,6 +533,10 @@ VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fi
     }
     if (fingerprint_out) *fingerprint_out = std::move(fp);
     return rep;
+}
+
+VerifyReport verify(const Checkpoint& c, const VerifyOptions& o, Fingerprint* fingerprint_out, ReferenceAhead* ahead) {
+    return naming_file(c.path(), [&] { return verify_unnamed(c, o, fingerprint_out, ahead); });
 }
 
 namespace {
@@ -547,11 +600,17 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     out << ": ";
     if (r.ok()) out << paint("32", "ok");
     else out << paint("31", std::to_string(r.findings.size()) + (r.findings.size() == 1 ? " finding" : " findings"));
-    out << " — " << compared << " tensors, ";
-    if (r.records_checked) out << r.records_checked << " records (CRC-32), ";
-    else out << "no CRC-32 in this format, ";
-    if (r.records_without_crc) out << r.records_without_crc << " without one, ";
-    out << human_bytes(r.bytes_read) << " read";
+    bool unread = std::any_of(r.findings.begin(), r.findings.end(), [](const Finding& f) { return f.kind == "record_frame"; }) &&
+                  !r.tensors_read;
+    if (unread) {
+        out << " — no value read: records cannot be found";
+    } else {
+        out << " — " << compared << " tensors, ";
+        if (r.records_checked) out << r.records_checked << " records (CRC-32), ";
+        else out << "no CRC-32 in this format, ";
+        if (r.records_without_crc) out << r.records_without_crc << " without one, ";
+        out << human_bytes(r.bytes_read) << " read";
+    }
     if (r.reference)
         out << "; " << (r.options.exact ? std::string("exact content") : "rtol " + repr_float(r.options.rtol) + ", atol " + repr_float(r.options.atol));
     out << "\n";
@@ -573,7 +632,7 @@ namespace {
 // Checkpoint::problems() with their underscores as spaces).
 std::string finding_title(const std::string& kind) {
     static const std::unordered_map<std::string, const char*> words = {
-        {"crc_mismatch", "CRC mismatch"}, {"nan", "NaN"}, {"inf", "Inf"}, {"missing", "missing tensor"},
+        {"crc_mismatch", "CRC mismatch"}, {"mixed_saves", "parts of two saves"}, {"record_frame", "broken record"}, {"nan", "NaN"}, {"inf", "Inf"}, {"missing", "missing tensor"},
         {"extra", "extra tensor"}, {"changed", "changed tensor"}};
     auto it = words.find(kind);
     std::string title = it != words.end() ? it->second : kind;

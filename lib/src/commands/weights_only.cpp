@@ -69,11 +69,25 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c) {
                                           c.format() == Format::legacy);
     // The opcodes used, each with where it first is (as the pickle ran).
     const std::vector<std::pair<uint8_t, uint64_t>>& used = c.pickle_opcodes();
+    // A file torch cannot read whatever weights_only says: a storage without its record, a record
+    // whose local header another save overwrote (a CRC after the data is not checked by torch.load).
+    std::string damage;
+    if (applies) {
+        if (!c.problems().empty()) damage = c.problems().front().message;
+        for (const Problem& p : c.frame_problems())
+            if (damage.empty() && p.kind == "record_header") damage = p.message;
+    }
     for (const Release& r : k_releases) {
         WeightsOnlyAnswer a;
         a.torch = r.name;
         a.applies = applies;
         if (!applies) {
+            out.push_back(std::move(a));
+            continue;
+        }
+        if (!damage.empty()) {
+            a.blockers.push_back({"damage", "a damaged file", "torch.load fails on it, with weights_only or without: " + damage, 0});
+            a.fix = "'ckpt-tool verify " + c.path() + "' says what is damaged; save the checkpoint again (from one process)";
             out.push_back(std::move(a));
             continue;
         }

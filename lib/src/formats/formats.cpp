@@ -71,14 +71,11 @@ std::unique_ptr<Checkpoint> open_embedded(std::shared_ptr<MappedFile> file, uint
     c->file = std::move(file);
     c->base = offset;
     c->span = length;
-    try {
+    naming_file(name, [&] {
         if (!ZipArchive::sniff(c->bytes()))
             throw Error(ErrorKind::corrupt, name, "holds no torch.save archive at byte " + std::to_string(offset) + " of " + c->file->path());
         read_container(*c, options);
-    } catch (const Error& e) {
-        if (e.path().empty()) throw e.with_path(name);
-        throw;
-    }
+    });
     return std::make_unique<Checkpoint>(std::move(c));
 }
 

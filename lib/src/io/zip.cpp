@@ -40,6 +40,7 @@
 #include <cstring>
 
 #include "base/huge_pages.hpp"
+#include "base/text_util.hpp"
 #include "io/output_writer.hpp"
 
 namespace ckpt {
@@ -79,6 +80,10 @@ uint64_t find_eocd(ByteView file) {
             if (pos + k_eocd_size + comment == file.size) return pos;
         }
     }
+    if (ZipArchive::sniff(file))  // a zip's start without its end: what a save cut short leaves
+        throw Error(ErrorKind::corrupt, "",
+                    "truncated or still being written: " + std::to_string(file.size) +
+                        " bytes, and the end of the zip archive (the directory a torch.save file ends with) is missing");
     throw Error(ErrorKind::format, "", "no zip end-of-central-directory record");
 }
 
@@ -143,7 +148,14 @@ ZipArchive ZipArchive::open(ByteView file, ZipLimits limits) {
     for (uint64_t i = 0; i < count; ++i) {
         ZipEntry e;
         e.central_offset = r.file_offset();
-        if (r.u32le() != k_central_sig) corrupt("bad central directory signature", e.central_offset);
+        if (r.u32le() != k_central_sig) {
+            if (i == 0)  // the end of the file points where its start holds no directory
+                corrupt("the directory the file's end points to is not there: the file's end and its start come from "
+                        "different saves (two processes writing one path, or a shorter file written over a longer one)",
+                        e.central_offset);
+            corrupt("bad central directory signature (entry " + std::to_string(i + 1) + " of " + std::to_string(count) + ")",
+                    e.central_offset);
+        }
         r.u16le();  // made by
         r.u16le();  // needed
         e.flags = r.u16le();
@@ -228,6 +240,28 @@ uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
     auto header = m_file.sub(e.local_header_offset, m_limits.tolerant ? 30 : 30 + e.name.size());
     if (!header) corrupt("local header of '" + std::string(e.name) + "' is past the end of the file", e.local_header_offset);
     return check_local_header(e, *header);
+}
+
+std::string ZipArchive::frame_problem(const ZipEntry& e, bool* data_readable) const {
+    using text::hex32;
+    uint64_t start;
+    try {
+        start = data_offset(e);
+    } catch (const Error& error) {
+        if (data_readable) *data_readable = false;
+        return error.message().substr(error.message().rfind("zip: ", 0) == 0 ? 5 : 0) + " (at byte " +
+               std::to_string(e.local_header_offset) + ")";
+    }
+    if (!(e.flags & 0x8)) return "";
+    constexpr uint32_t k_descriptor_sig = 0x08074b50;
+    uint64_t at = start + e.compressed_size;  // before the directory: check_local_header saw to it
+    auto word = m_file.sub(at, 8);
+    if (!word || at + 8 > m_cd_offset) return "no data descriptor after the data of '" + std::string(e.name) + "'";
+    uint32_t crc = static_cast<uint32_t>(load_le(word->data, 4));
+    if (crc == k_descriptor_sig) crc = static_cast<uint32_t>(load_le(word->data + 4, 4));  // the optional signature
+    if (crc == e.crc32) return "";
+    return "the CRC-32 after the data of '" + std::string(e.name) + "' (" + hex32(crc) + ") is not the directory's (" +
+           hex32(e.crc32) + ")";
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e, int fd) const {

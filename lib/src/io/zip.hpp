@@ -80,6 +80,13 @@ public:
     RecordData record_prefix(const ZipEntry& entry, uint64_t max) const;
     // CRC-32 of the record's (uncompressed) bytes, computed now.
     uint32_t compute_crc32(const ZipEntry& entry) const;
+    // The record's frame, checked without reading its data: its local header (as data_offset checks
+    // it) and, when it has one (flag bit 3: torch writes one after every record), the data descriptor
+    // after the data, whose CRC-32 must be the directory's. Empty when both hold; else what is wrong,
+    // in words; `data_readable` (when given) says whether the data can still be found (only the
+    // descriptor is wrong). A record whose data another save overwrote fails it, without a byte of
+    // it hashed.
+    std::string frame_problem(const ZipEntry& entry, bool* data_readable = nullptr) const;
 
     bool zip64() const { return m_zip64; }
     uint64_t central_directory_offset() const { return m_cd_offset; }

@@ -115,7 +115,7 @@ private:
 
 }  // namespace
 
-Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
+static Fingerprint fingerprint_unnamed(const Checkpoint& c, const FingerprintOptions& o) {
     if (c.byteorder() == "big")
         throw Error(ErrorKind::unsupported, c.path(), "a big-endian checkpoint: its tensor values are not read (inspect and diff-keys work)");
     Fingerprint f;
@@ -375,6 +375,10 @@ Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
         give_back_behind(n);
     }
     return f;
+}
+
+Fingerprint fingerprint(const Checkpoint& c, const FingerprintOptions& o) {
+    return naming_file(c.path(), [&] { return fingerprint_unnamed(c, o); });
 }
 
 }  // namespace ckpt

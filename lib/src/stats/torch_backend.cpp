@@ -118,12 +118,7 @@ std::vector<uint8_t> TorchBackend::cast(DType from, ByteView src, uint64_t count
 }
 
 std::vector<NamedTensor> torchscript_tensors(const std::string& path, bool with_values) {
-    try {
-        return TorchBackend::get().torchscript_tensors(path, with_values);
-    } catch (const Error& e) {
-        if (e.path().empty()) throw e.with_path(path);
-        throw;
-    }
+    return naming_file(path, [&] { return TorchBackend::get().torchscript_tensors(path, with_values); });
 }
 
 Fingerprint torchscript_fingerprint(const std::string& path) {

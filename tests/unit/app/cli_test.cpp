@@ -72,6 +72,10 @@ TEST_CASE("cli: every parse error is one line of the tool's own, with the comman
         {{"inspect", "a.pth", "b.pth"}, "inspect: unexpected argument 'b.pth' (run 'ckpt-tool inspect --help')\n"},
         {{"inspect"}, "inspect: FILE is required (run 'ckpt-tool inspect --help')\n"},
         {{"diff-keys", "only-one.pth"}, "diff-keys: REFERENCE is required (run 'ckpt-tool diff-keys --help')\n"},
+        // A global option after the command is read as the global one (the file is what fails here),
+        // and a misspelt one is suggested as itself, never as the word typed.
+        {{"inspect", "/nonexistent/x.pth", "-q", "--color", "never"}, "/nonexistent/x.pth: cannot open: No such file or directory\n"},
+        {{"scan", "x.pth", "--vv"}, "scan: unknown option '--vv' (did you mean '-v'?)\n"},
     };
     for (const auto& [args, message] : cases) {
         std::string line;

@@ -95,7 +95,7 @@ const Row k_rows[] = {
     {"truncated in the first local header", [](auto&) { return good_zip().substr(0, 10); }, 2, "zip"},
     {"truncated in the middle", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() / 2); }, 2, "zip"},
     {"truncated in the central directory", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() - 40); }, 2, "zip"},
-    {"truncated end record", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() - 3); }, 2, "end-of-central-directory"},
+    {"truncated end record", [](auto&) { Bytes z = good_zip(); return z.substr(0, z.size() - 3); }, 2, "truncated or still being written: "},
     {"central directory offset past the end",
      [](auto&) { Bytes z = good_zip(); return patch_u32(z, z.size() - 22 + 16, 0x7fffffff); }, 2, "outside the file"},
     {"central directory size past the end",
