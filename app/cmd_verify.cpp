@@ -32,6 +32,8 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--atol", a->options.atol, "Absolute tolerance of every statistic")->capture_default_str();
     sub.add_flag("--exact", a->options.exact, "Compare content hashes: any changed bit is a finding");
     sub.add_option("--keys", a->options.key_globs, "Only tensors whose key matches this glob (repeatable)");
+    sub.add_option("--ignore", a->options.ignore_globs,
+                   "Leave out tensors whose key matches this glob, on both sides (repeatable; e.g. '*.num_batches_tracked')");
     sub.add_flag("--all", a->options.all, "Every tensor in the file by key (optimizer state too), not just the state dict");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
     add_format_options(sub, a->format, "verify.schema.json");

@@ -25,6 +25,7 @@ import collections
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -445,6 +446,81 @@ def test_no_libtorch(s):
     s.check(r.returncode == 0, "verify without the backend: exit %d %s" % (r.returncode, r.stderr))
 
 
+def test_what_people_read(s):
+    """The answers of issue 23, each on files torch wrote, checked against torch's own numbers."""
+    torch.manual_seed(3)
+    m = nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.Linear(16, 4))
+    sd = m.state_dict()
+    orig, bf16 = s.path("w_orig.pth"), s.path("w_bf16.pth")
+    torch.save(sd, orig)
+    torch.save({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}, bf16)
+    floats = [k for k, v in sd.items() if v.is_floating_point()]
+    # A bfloat16 copy passes at --rtol 1e-2, compared after the cast, and the change is said once.
+    rc, j = run_json(s, "verify", bf16, orig, "--rtol", "1e-2")
+    s.check(rc == 0 and j.get("findings") == [] and len(j.get("notes", [])) == 1
+            and j["notes"][0].startswith("%d tensors changed dtype, float32 → bfloat16 (%s" % (len(floats), floats[0])),
+            "bf16 copy at --rtol 1e-2: exit %d %s %s" % (rc, j.get("findings"), j.get("notes")))
+    r = s.run("verify", bf16, orig, "--rtol", "1e-2")
+    s.check(r.returncode == 0 and r.stdout.count("note: ") == 1 and "changed dtype" in r.stdout, "bf16 text: %r" % r.stdout)
+    # ... and not at 1e-4 (bfloat16 keeps 8 bits), each drift naming the cast; --exact: each a change.
+    rc, j = run_json(s, "verify", bf16, orig, "--rtol", "1e-4")
+    s.check(rc == 1 and j["findings"] and all(f["kind"] == "drift" and f["message"].endswith("(dtype float32 → bfloat16)") for f in j["findings"]),
+            "bf16 copy at --rtol 1e-4: exit %d %s" % (rc, j.get("findings", [])[:2]))
+    rc, j = run_json(s, "verify", bf16, orig, "--exact")
+    s.check(rc == 1 and sorted(f["key"] for f in j["findings"] if f["kind"] == "changed") == sorted(floats),
+            "bf16 --exact: exit %d %s" % (rc, j.get("findings", [])[:2]))
+
+    # A transposed square weight keeps every statistic: within the tolerance, a note that the bytes
+    # differ (the fingerprint's hash says so); --exact makes it a change.
+    fp = s.path("w_orig.fp.json")
+    r = s.run("verify", orig, "--write-fingerprint", fp)
+    s.check(r.returncode == 0, "write fingerprint: %d %s" % (r.returncode, r.stderr))
+    t = collections.OrderedDict((k, v.clone()) for k, v in sd.items())
+    t["0.weight"] = t["0.weight"].t().contiguous()
+    transposed = s.path("w_transposed.pth")
+    torch.save(t, transposed)
+    rc, j = run_json(s, "verify", transposed, fp)
+    s.check(rc == 0 and j.get("findings") == [] and len(j.get("notes", [])) == 1
+            and j["notes"][0].startswith("1 tensor is within the tolerance but its bytes differ (0.weight)"),
+            "transposed vs fingerprint: exit %d %s %s" % (rc, j.get("findings"), j.get("notes")))
+    rc, j = run_json(s, "verify", transposed, fp, "--exact")
+    s.check(rc == 1 and [(f["kind"], f["key"]) for f in j["findings"]] == [("changed", "0.weight")], "transposed --exact: %s" % j.get("findings"))
+
+    # NaN and Inf: where the first one is, as torch indexes it.
+    n = collections.OrderedDict((k, v.clone()) for k, v in sd.items())
+    n["2.weight"][3, 7] = float("nan")
+    n["2.weight"][1, 9] = float("nan")
+    n["0.weight"][5, 2] = float("-inf")
+    bad = s.path("w_nan.pth")
+    torch.save(n, bad)
+    rc, j = run_json(s, "verify", bad)
+    msgs = {f["kind"]: f["message"] for f in j.get("findings", [])}
+    first_nan = [int(i) for i in n["2.weight"].isnan().nonzero()[0]]
+    first_inf = [int(i) for i in n["0.weight"].isinf().nonzero()[0]]
+    s.check(rc == 1 and msgs.get("nan") == "2.weight holds 2 NaN of 64 values, the first at [%d, %d]" % tuple(first_nan)
+            and msgs.get("inf") == "0.weight holds 1 Inf of 256 values, the first at [%d, %d]" % tuple(first_inf),
+            "NaN/Inf first index (torch: %s, %s): %s" % (first_nan, first_inf, msgs))
+
+    # BatchNorm's step counter always moves: --ignore leaves it out on both sides.
+    c = collections.OrderedDict((k, v.clone()) for k, v in sd.items())
+    c["1.num_batches_tracked"] += 7
+    c["0.bias"][0] += 1e-3
+    counted = s.path("w_counted.pth")
+    torch.save(c, counted)
+    rc, j = run_json(s, "verify", counted, orig)
+    s.check(rc == 1 and sorted(f["key"] for f in j["findings"]) == ["0.bias", "1.num_batches_tracked"], "drift: %s" % j.get("findings"))
+    for ref in (orig, fp):
+        rc, j = run_json(s, "verify", counted, ref, "--ignore", "*.num_batches_tracked")
+        s.check(rc == 1 and [f["key"] for f in j["findings"]] == ["0.bias"]
+                and "1.num_batches_tracked" not in [t["key"] for t in j["tensors"]], "--ignore vs %s: %s" % (ref, j.get("findings")))
+    # Drift in words: a few significant digits, enough to tell the two numbers apart.
+    msg = [f["message"] for f in run_json(s, "verify", counted, orig)[1]["findings"] if f["key"] == "0.bias"][0]
+    got = re.match(r"0\.bias: (\w+) (\S+) → (\S+) \(", msg)
+    digits = lambda x: len(x.lstrip("-").replace(".", "").lstrip("0").split("e")[0])  # noqa: E731
+    s.check(got and got.group(2) != got.group(3) and digits(got.group(2)) <= 7 and digits(got.group(3)) <= 7,
+            "drift message digits: %r" % msg)
+
+
 def main():
     def body(s, args):
         fixtures = os.path.join(args.work, "fixtures")
@@ -456,6 +532,7 @@ def main():
         test_torchscript_and_optimizer(s)
         test_safetensors_read(s)
         test_no_libtorch(s)
+        test_what_people_read(s)
     return suite_main(body, ("--oracle",))
 
 

@@ -115,6 +115,7 @@ struct RecordCrc {
 struct FingerprintOptions {
     bool all = false;                     // every tensor by key, not just the state dict by name
     std::vector<std::string> key_globs;   // only these keys (empty: all of the scope)
+    std::vector<std::string> ignore_globs;  // and none of these
     bool check_crc = false;               // CRC-32 of every record, in the same pass
     bool hash_only = false;               // content hashes alone, no statistics (a writer's read-back)
     unsigned threads = 0;                 // 0: one per core

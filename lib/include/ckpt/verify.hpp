@@ -37,6 +37,7 @@ struct VerifyOptions {
     bool exact = false;
     bool all = false;
     std::vector<std::string> key_globs;
+    std::vector<std::string> ignore_globs;  // --ignore: tensors left out on both sides (BN's num_batches_tracked …)
     unsigned threads = 0;
     std::function<void(uint64_t, uint64_t)> progress;
     const GlobalPolicy* policy = &GlobalPolicy::standard();  // how globals are judged (--allow)
@@ -70,6 +71,9 @@ struct VerifyReport {
     std::optional<std::string> reference;
     VerifyOptions options;
     std::vector<Finding> findings;       // integrity first, then drift worst first
+    // What is worth knowing and is no finding (no exit 1): tensors compared after a change of dtype,
+    // tensors within the tolerance whose bytes differ. One line each, said once.
+    std::vector<std::string> notes;
     std::vector<TensorVerdict> tensors;  // file order; missing ones (reference only) at the end; empty unless options.rows
     size_t tensors_read = 0;             // of this file (rows kept or not)
     size_t records_checked = 0;

@@ -34,6 +34,20 @@ std::string number_text(const Stat& v) {
     return repr_float(*v);
 }
 
+// A statistic and its reference for people: 4 significant digits, more only where the two would
+// read the same (a drift past rtol 1e-6 needs 7); "none" for a missing one.
+std::pair<std::string, std::string> number_pair(const Stat& r, const Stat& a) {
+    if (!r || !a) return {number_text(r), number_text(a)};
+    auto text = [](double v, int digits) {
+        char b[40];
+        std::snprintf(b, sizeof b, "%.*g", digits, v);
+        return std::string(b);
+    };
+    for (int digits = 4; digits < 17; ++digits)
+        if (std::string x = text(*r, digits), y = text(*a, digits); x != y) return {x, y};
+    return {repr_float(*r), repr_float(*a)};
+}
+
 // A tensor's NaN and Inf findings.
 void value_findings(const TensorPrint& t, std::vector<Finding>& out) {
     if (t.stats.nan)
@@ -96,6 +110,57 @@ void crc_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Findin
     for (size_t b = 0; b < bad.size(); ++b)
         if (keys[b].empty()) finding(b);
     for (size_t b : order) finding(b);
+}
+
+// Where a tensor's first NaN (or ±Inf) is, as torch indexes it ("[2, 5]"): its logical elements in
+// row-major order, each piece asked whether it holds one (buffer_stats), then bisected. "" for a
+// 0-dim tensor, or one that is not a plain view of a storage.
+std::string first_non_finite_at(const Checkpoint& c, const TensorInfo& t, bool nan) {
+    auto record = c.storage_record(t.storage);
+    if (!t.strided_view() || t.quantized() || t.shape.empty() || !record) return "";
+    RecordData data = c.record_data(*record);
+    uint64_t size = dtype_size(t.dtype), done = 0;
+    std::optional<uint64_t> found;
+    for_each_logical_bytes(t, data.view(), [&](const uint8_t* p, size_t n) {
+        if (found) return;
+        auto holds = [&](uint64_t from, uint64_t count) {
+            TensorStats s = buffer_stats(t.dtype, {p + from * size, count * size}, count);
+            return nan ? s.nan > 0 : s.inf > 0;
+        };
+        uint64_t lo = 0, count = n / size;
+        if (!holds(0, count)) {
+            done += count;
+            return;
+        }
+        while (count > 1)
+            if (uint64_t half = count / 2; holds(lo, half)) count = half;
+            else lo += half, count -= half;
+        found = done + lo;
+    });
+    if (!found) return "";
+    std::vector<uint64_t> index(t.shape.size());
+    for (size_t d = t.shape.size(), rest = *found; d-- > 0; rest /= static_cast<uint64_t>(t.shape[d]))
+        index[d] = rest % static_cast<uint64_t>(t.shape[d]);
+    std::string out = "[";
+    for (size_t d = 0; d < index.size(); ++d) out += (d ? ", " : "") + std::to_string(index[d]);
+    return out + "]";
+}
+
+// Each NaN and Inf finding says where the first one is: the tensors are read again, only those.
+void locate_non_finite(const Checkpoint& c, bool all, std::vector<Finding>& values) {
+    if (values.empty()) return;
+    std::unordered_map<std::string_view, size_t> tensor_of;  // the key a print has → its tensor
+    if (all)
+        for (const Entry& e : c.entries()) {
+            if (e.tensor) tensor_of.emplace(e.key, *e.tensor);
+        }
+    else
+        for (const auto& e : c.state_dict().entries)
+            if (auto t = c.entries()[e.entry].tensor) tensor_of.emplace(e.name, *t);
+    for (Finding& f : values)
+        if (auto it = tensor_of.find(f.key); it != tensor_of.end())
+            if (std::string at = first_non_finite_at(c, c.tensors()[it->second], f.kind == "nan"); !at.empty())
+                f.message += ", the first at " + at;
 }
 
 // `values`: the tensors' NaN and Inf findings, in file order (value_findings of each).
@@ -193,8 +258,9 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
     }
 }
 
-// One statistic against its reference: within tolerance, and how far it moved.
-bool within(const Stat& a, const Stat& r, double rtol, double atol, double& relative) {
+// One statistic against its reference: within tolerance (atol + rtol·scale, the scale |r| unless
+// given), and how far it moved (relative to |r|).
+bool within(const Stat& a, const Stat& r, double rtol, double atol, double& relative, double scale = -1) {
     relative = 0;
     if (!a && !r) return true;
     if (!a || !r) {
@@ -208,7 +274,7 @@ bool within(const Stat& a, const Stat& r, double rtol, double atol, double& rela
     }
     double diff = std::fabs(*a - *r);
     relative = *r == 0 ? (diff == 0 ? 0 : INFINITY) : diff / std::fabs(*r);
-    return diff <= atol + rtol * std::fabs(*r);
+    return diff <= atol + rtol * std::max(std::fabs(*r), scale);
 }
 
 std::string shape_or_dtype_change(const TensorPrint& a, const TensorPrint& r) {
@@ -225,6 +291,9 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     PrintsByKey by_key(ref.tensors);
     std::vector<char> matched(ref.tensors.size());
     std::vector<Finding> drift;
+    std::map<std::string, std::pair<size_t, std::string>> recast_by_kind;  // "float32 → bfloat16" → count, first key
+    size_t bytes_differ = 0;
+    std::string first_bytes_differ;
     for (auto& v : rep.tensors) {
         const TensorPrint& a = v.print;
         size_t at = by_key.find(a.key);
@@ -236,11 +305,18 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         matched[at] = 1;
         const TensorPrint& r = ref.tensors[at];
         v.reference = std::make_shared<const TensorStats>(r.stats);
-        std::string change = shape_or_dtype_change(a, r);
+        // A new dtype alone (orig.bf16.pth against orig.pth) is compared after the cast, within the
+        // tolerance, and said once (a note); with --exact, or a new shape, it is a change.
+        bool recast = a.dtype != r.dtype && a.shape == r.shape && !o.exact;
+        std::string change = recast ? "" : shape_or_dtype_change(a, r);
         if (!change.empty()) {
             v.status = "changed";
             rep.findings.push_back({"changed", a.key, a.key + ": " + change});
             continue;
+        }
+        if (recast) {
+            auto& [count, first] = recast_by_kind[r.dtype + " → " + a.dtype];
+            if (!count++) first = a.key;
         }
         if (!a.readable || !r.readable) {
             v.status = "changed";
@@ -259,16 +335,21 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         const Stat* rv[] = {&r.stats.mean, &r.stats.std, &r.stats.min, &r.stats.max, &r.stats.abs_mean, &r.stats.l2};
         bool ok = true;
         std::string message;
+        // After a cast every element moves by its own rounding: the mean, a sum whose terms may cancel,
+        // moves by a fraction of the mean of their magnitudes (abs_mean), not of its own.
+        double mean_scale = recast && r.stats.abs_mean ? *r.stats.abs_mean : -1;
         for (size_t i = 0; i < 6; ++i) {
             double rel = 0;
-            if (!within(*av[i], *rv[i], o.rtol, o.atol, rel)) {
+            if (!within(*av[i], *rv[i], o.rtol, o.atol, rel, i == 0 ? mean_scale : -1)) {
                 if (ok || rel > v.relative_change) {
                     v.relative_change = rel;
                     v.worst_stat = names[i];
                     char pct[32];
                     std::snprintf(pct, sizeof pct, "%+.3g%%", std::isinf(rel) ? rel : 100.0 * rel * ((**av[i] < **rv[i]) ? -1 : 1));
-                    message = a.key + ": " + names[i] + " " + number_text(*rv[i]) + " → " + number_text(*av[i]) +
-                              (av[i]->has_value() && rv[i]->has_value() && !std::isinf(rel) ? std::string(" (") + pct + ")" : "");
+                    auto [was, now] = number_pair(*rv[i], *av[i]);
+                    message = a.key + ": " + names[i] + " " + was + " → " + now +
+                              (av[i]->has_value() && rv[i]->has_value() && !std::isinf(rel) ? std::string(" (") + pct + ")" : "") +
+                              (recast ? " (dtype " + r.dtype + " → " + a.dtype + ")" : "");
                 }
                 ok = false;
             }
@@ -284,7 +365,16 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
         }
         v.status = ok ? "ok" : "drift";
         if (!ok) drift.push_back({"drift", a.key, message, v.relative_change});
+        if (ok && !recast && a.stats.hash != r.stats.hash && !a.stats.hash.empty() && !r.stats.hash.empty())
+            if (!bytes_differ++) first_bytes_differ = a.key;
     }
+    for (const auto& [kinds, what] : recast_by_kind)
+        rep.notes.push_back(std::to_string(what.first) + (what.first == 1 ? " tensor" : " tensors") + " changed dtype, " + kinds +
+                            " (" + what.second + (what.first == 1 ? "" : " …") + "): compared after the cast, within the tolerance");
+    if (bytes_differ)
+        rep.notes.push_back(std::to_string(bytes_differ) + (bytes_differ == 1 ? " tensor is" : " tensors are") +
+                            " within the tolerance but its bytes differ (" + first_bytes_differ + (bytes_differ == 1 ? "" : " …") +
+                            "): statistics do not see a transposed or permuted weight; --exact compares the content");
     std::stable_sort(drift.begin(), drift.end(),
                      [](const Finding& x, const Finding& y) { return x.relative_change > y.relative_change; });
     rep.findings.insert(rep.findings.end(), drift.begin(), drift.end());
@@ -321,6 +411,7 @@ Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_f
     FingerprintOptions so;
     so.all = o.all;
     so.key_globs = o.key_globs;
+    so.ignore_globs = o.ignore_globs;
     so.threads = o.threads;
     return fingerprint(*r, so);
 }
@@ -493,6 +584,7 @@ static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, 
     FingerprintOptions so;
     so.all = all;
     so.key_globs = o.key_globs;
+    so.ignore_globs = o.ignore_globs;
     so.check_crc = true;
     so.threads = o.threads;
     so.progress = o.progress;
@@ -520,14 +612,18 @@ static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, 
         rep.records_without_crc += (c.format() == Format::torch_zip || c.format() == Format::torchscript) && !e.has_crc && e.size;
     }
 
+    locate_non_finite(c, all, values);
     integrity_findings(c, fp, std::move(values), *o.policy, rep.findings);
     if (c.dist()) dist_findings(c, rep.findings, rep.records_checked, rep.bytes_read);
     std::vector<Finding> opt = check_optimizers(c);
     rep.findings.insert(rep.findings.end(), opt.begin(), opt.end());
     if (ref) {
-        if (!o.key_globs.empty())
+        if (!o.key_globs.empty() || !o.ignore_globs.empty())
             ref->tensors.erase(std::remove_if(ref->tensors.begin(), ref->tensors.end(),
-                                              [&](const TensorPrint& t) { return !any_glob_matches(o.key_globs, t.key); }),
+                                              [&](const TensorPrint& t) {
+                                                  return (!o.key_globs.empty() && !any_glob_matches(o.key_globs, t.key)) ||
+                                                         any_glob_matches(o.ignore_globs, t.key);
+                                              }),
                                ref->tensors.end());
         compare(rep, *ref);
     }
@@ -571,6 +667,7 @@ nlohmann::json verify_head(const VerifyReport& r) {
     j["records_checked"] = r.records_checked;
     j["records_without_crc"] = r.records_without_crc;
     j["bytes_read"] = r.bytes_read;
+    j["notes"] = r.notes;
     j["findings"] = nlohmann::json::array();
     j["tensors"] = nlohmann::json::array();
     return j;
@@ -622,6 +719,7 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     }
     for (const auto& [kind, n] : shown)
         if (n > 20) out << "  … " << n - 20 << " more " << kind << " findings (--json lists all)\n";
+    for (const auto& n : r.notes) out << "note: " << n << "\n";
     if (shown.count("missing") && shown.count("extra"))
         out << "note: the key sets differ; `ckpt-tool diff-keys " << shell_quote(r.file) << " "
             << shell_quote(*r.reference) << "` finds the prefix change that fixes them\n";

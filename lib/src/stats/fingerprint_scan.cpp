@@ -132,9 +132,12 @@ static Fingerprint fingerprint_unnamed(const Checkpoint& c, const FingerprintOpt
         for (const auto& e : c.state_dict().entries)
             if (auto t = c.entries()[e.entry].tensor) selected.push_back({e.name, *t});
     }
-    if (!o.key_globs.empty())
+    if (!o.key_globs.empty() || !o.ignore_globs.empty())
         selected.erase(std::remove_if(selected.begin(), selected.end(),
-                                      [&](const Selected& s) { return !any_glob_matches(o.key_globs, s.key); }),
+                                      [&](const Selected& s) {
+                                          return (!o.key_globs.empty() && !any_glob_matches(o.key_globs, s.key)) ||
+                                                 any_glob_matches(o.ignore_globs, s.key);
+                                      }),
                        selected.end());
 
     // Which tensors can be read: record present, long enough, view inside it.
