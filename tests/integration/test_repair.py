@@ -590,6 +590,49 @@ def test_diff_keys(s):
     fix = j.get("prefix_fix") or {}
     s.check(rc == 1 and fix.get("strip") == "module." and fix.get("shape_mismatch") == 2 and not fix.get("complete"),
             "changed + wrapped: %s" % fix)
+    # What the fix leaves is the real problem: the two head shapes, by their names after the fix,
+    # and the hint; the hint's own code loads the rest into the model.
+    residue = fix.get("residue") or {}
+    s.check([m["key"] for m in residue.get("shape_mismatch", [])] == ["head.weight", "head.bias"]
+            and residue.get("missing") == [] and residue.get("unexpected") == [], "changed + wrapped: residue %s" % residue)
+    hint = j.get("shape_hint") or ""
+    s.check(hint.startswith("head has 12 outputs, the reference's 10: the last layer of another number of classes?"), "hint: %r" % hint)
+    code = hint.split("to load the rest: ")[-1]
+    model = net(40)
+    sd = collections.OrderedDict((k[len("module."):], v) for k, v in torch.load(s.path("d_wide_ddp.pth")).items())
+    try:
+        result = eval(code, {"model": model, "sd": sd})  # noqa: S307 (the tool's own advice, run as given)
+        s.check(list(result.missing_keys) == ["head.weight", "head.bias"] and not result.unexpected_keys,
+                "the hint's code loads the rest: %s" % (result,))
+    except Exception as e:  # noqa: BLE001
+        s.check(False, "the hint's code fails: %r: %s" % (code, e))
+    r = s.run("diff-keys", s.path("d_wide.pth"), ref)
+    s.check("hint: head has 12 outputs" in r.stdout, "hint in text: %r" % r.stdout)
+
+    # A fix applied to some keys only: the prefix is found from the keys that do not match, and its
+    # command finishes the repair.
+    part = collections.OrderedDict((("module." + k) if k.startswith("blocks.") else k, v) for k, v in net(41).state_dict().items())
+    torch.save(part, s.path("d_partial.pth"))
+    rc, j = diff(s, s.path("d_partial.pth"), ref)
+    fix = j.get("prefix_fix") or {}
+    s.check(rc == 1 and fix.get("strip") == "module." and fix.get("complete"), "partial fix: %s" % fix)
+    if fix.get("command"):
+        out = shlex.split(fix["command"])[-1]
+        r = subprocess.run([s.tool] + shlex.split(fix["command"])[1:], capture_output=True, text=True)
+        fixed = torch.load(out) if r.returncode == 0 else {}
+        s.check(r.returncode == 0 and not net(42).load_state_dict(fixed, strict=True).missing_keys, "partial fix: its command: %s" % r.stderr)
+    # A wrapped model of fewer blocks: the residue names the keys the fix leaves, and the text shows
+    # them by module, not the raw keys the prefix explains.
+    small = collections.OrderedDict((k, v) for k, v in net(43).state_dict().items() if not k.startswith("bn."))
+    torch.save(collections.OrderedDict(("module." + k, v) for k, v in small.items()), s.path("d_nobn.pth"))
+    rc, j = diff(s, s.path("d_nobn.pth"), ref)
+    bn = [k for k in names if k.startswith("bn.")]
+    s.check(rc == 1 and (j.get("prefix_fix") or {}).get("residue", {}).get("missing") == bn, "residue: %s" % j.get("prefix_fix"))
+    r = s.run("diff-keys", s.path("d_nobn.pth"), ref)
+    lines = r.stdout.splitlines()
+    s.check("after the fix, missing: in %s, not in %s (5):" % (ref, s.path("d_nobn.pth")) in lines
+            and "  bn (5 keys: weight, bias, running_mean, running_var, num_batches_tracked)" in lines
+            and not any(l.startswith("  module.") for l in lines), "residue text: %s" % lines)
     # A few keys off: one missing, one unexpected, the rest matching.
     few = net(37).state_dict()
     del few["blocks.2.bias"]

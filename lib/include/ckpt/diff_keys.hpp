@@ -71,6 +71,10 @@ struct PrefixFix {
     std::string command;   // the strip-prefix command that applies it ("" when FILE is no checkpoint)
     size_t matched = 0, missing = 0, unexpected = 0, shape_mismatch = 0;
     bool complete() const { return missing == 0 && unexpected == 0 && shape_mismatch == 0; }
+    // What the fix leaves (the real problem once the prefix is right), by the names after it:
+    // missing and unexpected keys, and the keys whose shapes differ. Filled for the fix diff_keys gives.
+    std::vector<std::string> residue_missing, residue_unexpected;
+    std::vector<ShapeMismatch> residue_shape;
 };
 
 struct KeyDiff {
@@ -81,6 +85,9 @@ struct KeyDiff {
     std::vector<ShapeMismatch> shape_mismatch;
     std::vector<DTypeMismatch> dtype_mismatch;
     std::optional<PrefixFix> prefix_fix;
+    // Shapes that differ, in words: the likely cause (one module of another size: a classifier for
+    // another number of classes?) and how to load the rest; "" when no shape differs.
+    std::string shape_hint;
     bool strict_dtype = false;
     bool match() const {
         return missing.empty() && unexpected.empty() && shape_mismatch.empty() &&
@@ -92,12 +99,17 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
 
 nlohmann::json to_json(const KeyDiff& diff);
 struct DiffTextOptions {
-    bool all = false;  // every row of every list
+    bool all = false;  // every row of every list, every key on its own line
 };
+// Keys for people: the keys of one module together ("bn2 (5 keys: weight, bias, …)"), and modules
+// numbered in a row with the same keys as one ("layers.9–11 (2 keys each: weight, bias)"); a key
+// alone as it is. In the order of `keys`.
+std::vector<std::string> grouped_keys(const std::vector<std::string>& keys);
 void render_text(const KeyDiff& diff, std::ostream& out, const TextStyle& style, const DiffTextOptions& options = {});
-// `--format github`: a notice with the prefix fix (and its command) first, then one annotation per
-// missing, unexpected, shape-mismatched and dtype-mismatched key (dtype: a warning without
-// strict_dtype), on `diff.file`; every row, render_github applies the cap.
+// `--format github`: a prefix fix is one error naming the cause, the fix and its command, and the
+// keys; then one annotation per group of keys (grouped_keys) missing, unexpected or shape-mismatched
+// that the fix leaves (all of them without a fix), and per dtype-mismatched key (a warning without
+// strict_dtype), on `diff.file`; render_github applies the cap.
 std::vector<Annotation> github_annotations(const KeyDiff& diff);
 
 }  // namespace ckpt

@@ -179,7 +179,7 @@ bool shapes_differ(const KeyInfo& a, const KeyInfo& b) { return a.shape && b.sha
 // least half of the keys carry. At each depth, at most two prefixes are that common: the
 // Misra-Gries summary with two counters holds every one carried by more than a third of the keys,
 // and a second pass counts those. No table of every prefix (a map of 200,000 nodes for 100,000 keys).
-std::vector<std::string> candidate_prefixes(const Side& s) {
+std::vector<std::string> candidate_prefixes(const std::vector<const KeyInfo*>& keys) {
     // The key's leading path of depth + 1 parts, with its dot ("" when it has no more parts).
     auto prefix = [](std::string_view name, int depth) -> std::string_view {
         size_t dot = 0;
@@ -194,7 +194,7 @@ std::vector<std::string> candidate_prefixes(const Side& s) {
     for (int depth = 0; depth < 4; ++depth) {
         std::string_view held[2];
         size_t weight[2] = {0, 0};
-        for (const KeyInfo* k : s.keys) {
+        for (const KeyInfo* k : keys) {
             std::string_view p = prefix(k->name, depth);
             if (p.empty()) continue;
             if (weight[0] && held[0] == p) ++weight[0];
@@ -205,14 +205,14 @@ std::vector<std::string> candidate_prefixes(const Side& s) {
         }
         size_t n[2] = {0, 0};
         bool two = weight[1] && !(weight[0] && held[0] == held[1]);
-        for (const KeyInfo* k : s.keys) {
+        for (const KeyInfo* k : keys) {
             std::string_view p = prefix(k->name, depth);
             if (p.empty()) continue;
             if (weight[0] && p == held[0]) ++n[0];
             else if (two && p == held[1]) ++n[1];
         }
         for (int c = 0; c < 2; ++c)
-            if (n[c] && 2 * n[c] >= s.keys.size()) common.push_back({n[c], std::string(held[c])});
+            if (n[c] && 2 * n[c] >= keys.size()) common.push_back({n[c], std::string(held[c])});
     }
     std::sort(common.begin(), common.end(), [](const auto& x, const auto& y) {
         return x.first != y.first ? x.first > y.first : x.second < y.second;
@@ -224,16 +224,18 @@ std::vector<std::string> candidate_prefixes(const Side& s) {
 
 // How well "strip `strip` where present, then add `add`" makes `a` fit `b`; nullopt when it would
 // give two keys one name (strip-prefix would refuse it).
+// The new name of a key under a fix, made in `out`: no string of its own per key and prefix pair.
+std::string_view fixed_name(std::string& out, std::string_view k, const std::string& strip, const std::string& add) {
+    if (!strip.empty() && starts_with(k, strip)) k.remove_prefix(strip.size());
+    out.assign(add).append(k);
+    return out;
+}
+
 std::optional<PrefixFix> evaluate(const Side& a, const Side& b, const std::string& strip, const std::string& add) {
     PrefixFix f;
     f.strip = strip;
     f.add = add;
-    // The new name of a key, made in a buffer: no string of its own per key and prefix pair.
-    auto renamed = [&](std::string& out, std::string_view k) -> std::string_view {
-        if (!strip.empty() && starts_with(k, strip)) k.remove_prefix(strip.size());
-        out.assign(add).append(k);
-        return out;
-    };
+    auto renamed = [&](std::string& out, std::string_view k) { return fixed_name(out, k, strip, add); };
     std::string name, other;
     StringIndex names;  // the new names so far, each by its key's position (made again to compare)
     names.reserve(a.keys.size());
@@ -251,6 +253,59 @@ std::optional<PrefixFix> evaluate(const Side& a, const Side& b, const std::strin
     }
     f.missing = b.keys.size() - f.matched;
     return f;
+}
+
+// What the fix leaves: the keys still missing or unexpected, and the shapes that still differ.
+void fill_residue(const Side& a, const Side& b, PrefixFix& f) {
+    std::string name;
+    std::vector<char> hit(b.keys.size());
+    for (const KeyInfo* k : a.keys) {
+        std::string_view n = fixed_name(name, k->name, f.strip, f.add);
+        size_t pos = b.by_name.find(n, b.name_at());
+        if (pos == StringIndex::npos) {
+            f.residue_unexpected.emplace_back(n);
+            continue;
+        }
+        hit[pos] = 1;
+        if (shapes_differ(*k, *b.keys[pos])) f.residue_shape.push_back({std::string(n), *k->shape, *b.keys[pos]->shape});
+    }
+    for (const KeyInfo* k : b.keys)
+        if (!hit[b.by_name.find(k->name, b.name_at())]) f.residue_missing.emplace_back(k->name);
+}
+
+// The module a key belongs to: all but its last part ("" for a key of one part).
+std::string_view module_of(std::string_view key) {
+    size_t dot = key.rfind('.');
+    return dot == std::string_view::npos ? std::string_view() : key.substr(0, dot);
+}
+
+std::string shape_hint(const std::vector<ShapeMismatch>& shapes, const Side& reference) {
+    if (shapes.empty()) return "";
+    std::vector<std::string_view> modules;
+    for (const auto& s : shapes)
+        if (std::find(modules.begin(), modules.end(), module_of(s.key)) == modules.end()) modules.push_back(module_of(s.key));
+    std::string cause, keep;
+    if (modules.size() == 1 && !modules.front().empty()) {
+        std::string m(modules.front());
+        bool last = !reference.keys.empty() && module_of(reference.keys.back()->name) == modules.front();
+        bool outputs = std::all_of(shapes.begin(), shapes.end(), [](const ShapeMismatch& s) {
+            return !s.shape.empty() && s.shape.size() == s.reference_shape.size() && s.shape[0] != s.reference_shape[0] &&
+                   std::equal(s.shape.begin() + 1, s.shape.end(), s.reference_shape.begin() + 1);
+        });
+        if (last && outputs)
+            cause = m + " has " + std::to_string(shapes.front().shape[0]) + " outputs, the reference's " +
+                    std::to_string(shapes.front().reference_shape[0]) + ": the last layer of another number of classes?";
+        else
+            cause = "the shapes of " + m + " differ: the same model of another size?";
+        keep = "if not k.startswith(\"" + m + ".\")";
+    } else {
+        cause = std::to_string(shapes.size()) + " shapes differ in " + std::to_string(modules.size()) + " modules: another configuration of the model?";
+        std::string names;
+        for (size_t i = 0; i < shapes.size() && i < 4; ++i) names += (i ? ", \"" : "\"") + shapes[i].key + "\"";
+        keep = shapes.size() <= 4 ? "if k not in {" + names + "}" : "if k not in mismatched";
+    }
+    return cause + " load_state_dict refuses a shape that differs, even with strict=False; to load the rest: "
+                   "model.load_state_dict({k: v for k, v in sd.items() " + keep + "}, strict=False)";
 }
 
 bool better(const PrefixFix& x, const PrefixFix& y) {
@@ -285,15 +340,30 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
     for (const KeyInfo* k : b.keys)
         if (!a.find(k->name)) d.missing.emplace_back(k->name);
 
+    d.shape_hint = shape_hint(d.shape_mismatch, b);
     if (d.missing.empty() && d.unexpected.empty()) return d;
+    // Prefixes carried by most keys, and by most of the keys that do not match (what a fix applied
+    // to some keys only leaves: module.layers.9–11.* after the rest were stripped).
+    std::vector<const KeyInfo*> a_left, b_left;
+    for (const KeyInfo* k : a.keys)
+        if (!b.find(k->name)) a_left.push_back(k);
+    for (const KeyInfo* k : b.keys)
+        if (!a.find(k->name)) b_left.push_back(k);
+    auto both = [](std::vector<std::string> x, const std::vector<std::string>& y) {
+        for (const auto& p : y)
+            if (std::find(x.begin(), x.end(), p) == x.end()) x.push_back(p);
+        return x;
+    };
     std::optional<PrefixFix> best;
-    for (const auto& strip : candidate_prefixes(a))
-        for (const auto& add : candidate_prefixes(b)) {
+    for (const auto& strip : both(candidate_prefixes(a.keys), candidate_prefixes(a_left)))
+        for (const auto& add : both(candidate_prefixes(b.keys), candidate_prefixes(b_left))) {
             if (strip == add) continue;  // "" / "": the keys as they are
             auto f = evaluate(a, b, strip, add);
             if (f && (!best || better(*f, *best))) best = f;
         }
     if (!best || best->matched <= d.matched) return d;
+    fill_residue(a, b, *best);
+    d.shape_hint = shape_hint(best->residue_shape, b);
     if (file.kind == "checkpoint") {
         std::vector<std::string_view> all;
         all.reserve(file.keys.size());
@@ -325,10 +395,13 @@ nlohmann::json to_json(const KeyDiff& d) {
                    {"reference_ignored", d.reference_ignored}};
     j["missing"] = d.missing;
     j["unexpected"] = d.unexpected;
-    nlohmann::json shapes = nlohmann::json::array();
-    for (const auto& s : d.shape_mismatch)
-        shapes.push_back({{"key", s.key}, {"shape", s.shape}, {"reference_shape", s.reference_shape}});
-    j["shape_mismatch"] = std::move(shapes);
+    auto shapes_json = [](const std::vector<ShapeMismatch>& rows) {
+        nlohmann::json shapes = nlohmann::json::array();
+        for (const auto& s : rows) shapes.push_back({{"key", s.key}, {"shape", s.shape}, {"reference_shape", s.reference_shape}});
+        return shapes;
+    };
+    j["shape_mismatch"] = shapes_json(d.shape_mismatch);
+    j["shape_hint"] = d.shape_hint.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.shape_hint);
     nlohmann::json dtypes = nlohmann::json::array();
     for (const auto& s : d.dtype_mismatch)
         dtypes.push_back({{"key", s.key}, {"dtype", s.dtype}, {"reference_dtype", s.reference_dtype}});
@@ -342,11 +415,67 @@ nlohmann::json to_json(const KeyDiff& d) {
                            {"matched", f.matched},
                            {"missing", f.missing},
                            {"unexpected", f.unexpected},
-                           {"shape_mismatch", f.shape_mismatch}};
+                           {"shape_mismatch", f.shape_mismatch},
+                           {"residue", {{"missing", f.residue_missing},
+                                        {"unexpected", f.residue_unexpected},
+                                        {"shape_mismatch", shapes_json(f.residue_shape)}}}};
     } else {
         j["prefix_fix"] = nullptr;
     }
     return j;
+}
+
+std::vector<std::string> grouped_keys(const std::vector<std::string>& keys) {
+    // Runs of keys of one module, then runs of such groups whose modules are numbered in a row
+    // (base.N, base.N+1 …) with the same leaves.
+    struct Group {
+        std::string_view module;
+        std::vector<std::string_view> leaves;
+        std::string_view base;  // the module without its number ("layers."), when it ends in one
+        long number = -1;
+        long last = -1;  // the last number merged in
+    };
+    std::vector<Group> groups;
+    for (const std::string& k : keys) {
+        std::string_view m = module_of(k), leaf = m.empty() ? std::string_view(k) : std::string_view(k).substr(m.size() + 1);
+        if (!groups.empty() && !m.empty() && groups.back().module == m) {
+            groups.back().leaves.push_back(leaf);
+            continue;
+        }
+        Group g{m, {leaf}, {}, -1, -1};
+        size_t digits = m.size();
+        while (digits > 0 && std::isdigit(static_cast<unsigned char>(m[digits - 1]))) --digits;
+        if (digits < m.size() && digits > 0 && m[digits - 1] == '.' && m.size() - digits < 10 && (m[digits] != '0' || digits + 1 == m.size())) {
+            g.base = m.substr(0, digits);
+            g.number = g.last = std::stol(std::string(m.substr(digits)));
+        }
+        groups.push_back(std::move(g));
+    }
+    std::vector<Group> merged;
+    for (Group& g : groups) {
+        if (!merged.empty()) {
+            Group& p = merged.back();
+            if (g.number >= 0 && p.number >= 0 && g.base == p.base && g.number == p.last + 1 && g.leaves == p.leaves) {
+                p.last = g.number;
+                continue;
+            }
+        }
+        merged.push_back(std::move(g));
+    }
+    std::vector<std::string> out;
+    for (const Group& g : merged) {
+        bool range = g.last != g.number;
+        std::string name = range ? std::string(g.base) + std::to_string(g.number) + "–" + std::to_string(g.last) : std::string(g.module);
+        if (g.leaves.size() == 1) {
+            out.push_back(name.empty() ? std::string(g.leaves.front()) : name + "." + std::string(g.leaves.front()));
+            continue;
+        }
+        std::string leaves;
+        for (size_t i = 0; i < g.leaves.size() && i < 5; ++i) leaves += (i ? ", " : "") + std::string(g.leaves[i]);
+        if (g.leaves.size() > 5) leaves += ", …";
+        out.push_back(name + " (" + std::to_string(g.leaves.size()) + (range ? " keys each: " : " keys: ") + leaves + ")");
+    }
+    return out;
 }
 
 namespace {
@@ -392,38 +521,84 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
         out << paint("33", "fix:") << " " << fix_text(d, f);
         out << (f.command.empty() ? "\n" : ":\n  " + paint("1", f.command) + "\n");
     }
-    // When a prefix fix explains the lists, a few rows show the pattern; the rest is noise.
-    size_t limit = options.all ? SIZE_MAX : d.prefix_fix ? 5 : 20;
-    auto list = [&](const std::string& title, const std::vector<std::string>& rows, const char* color) {
-        if (rows.empty()) return;
-        out << title << " (" << rows.size() << "):\n";
+    // Keys grouped by module (every key on its line with --all), 20 lines at most a list.
+    size_t limit = options.all ? SIZE_MAX : 20;
+    auto list = [&](const std::string& title, const std::vector<std::string>& keys, bool group, const char* color) {
+        if (keys.empty()) return;
+        std::vector<std::string> rows = group && !options.all ? grouped_keys(keys) : keys;
+        out << title << " (" << keys.size() << "):\n";
         for (size_t i = 0; i < rows.size() && i < limit; ++i) out << "  " << paint(color, rows[i]) << "\n";
         if (rows.size() > limit) out << "  … " << rows.size() - limit << " more (--all lists them)\n";
     };
-    list("missing: in " + d.reference + ", not in " + d.file, d.missing, "31");
-    list("unexpected: in " + d.file + ", not in " + d.reference, d.unexpected, "33");
+    auto shape_rows = [](const std::vector<ShapeMismatch>& shapes) {
+        std::vector<std::string> rows;
+        for (const auto& s : shapes)
+            rows.push_back(s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference");
+        return rows;
+    };
+    if (d.prefix_fix && !options.all) {
+        // The lists as they are differ by the prefix; what the fix leaves is the real problem.
+        const PrefixFix& f = *d.prefix_fix;
+        list("after the fix, missing: in " + d.reference + ", not in " + d.file, f.residue_missing, true, "31");
+        list("after the fix, unexpected: in " + d.file + ", not in " + d.reference, f.residue_unexpected, true, "33");
+        list("after the fix, shape mismatch", shape_rows(f.residue_shape), false, "31");
+        size_t explained = d.missing.size() + d.unexpected.size() - f.residue_missing.size() - f.residue_unexpected.size();
+        if (explained)
+            out << paint("2", "(" + std::string(f.residue_missing.empty() && f.residue_unexpected.empty() && f.residue_shape.empty() ? "the " : "the other ") +
+                                  plural(explained, "missing or unexpected key differs", "missing and unexpected keys differ") +
+                                  " by the prefix alone; --all lists every key as it is)")
+                << "\n";
+    } else {
+        list("missing: in " + d.reference + ", not in " + d.file, d.missing, true, "31");
+        list("unexpected: in " + d.file + ", not in " + d.reference, d.unexpected, true, "33");
+        list("shape mismatch", shape_rows(d.shape_mismatch), false, "31");
+        if (d.prefix_fix) {
+            const PrefixFix& f = *d.prefix_fix;
+            list("after the fix, missing", f.residue_missing, false, "31");
+            list("after the fix, unexpected", f.residue_unexpected, false, "33");
+            list("after the fix, shape mismatch", shape_rows(f.residue_shape), false, "31");
+        }
+    }
+    if (!d.shape_hint.empty()) out << paint("33", "hint:") << " " << d.shape_hint << "\n";
     std::vector<std::string> rows;
-    for (const auto& s : d.shape_mismatch)
-        rows.push_back(s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference");
-    list("shape mismatch", rows, "31");
-    rows.clear();
     for (const auto& s : d.dtype_mismatch) rows.push_back(s.key + ": " + s.dtype + " vs " + s.reference_dtype);
-    list("dtype mismatch", rows, d.strict_dtype ? "31" : "2");
+    list("dtype mismatch", rows, false, d.strict_dtype ? "31" : "2");
 }
 
 std::vector<Annotation> github_annotations(const KeyDiff& d) {
     std::vector<Annotation> out;
+    const std::vector<std::string>* missing = &d.missing;
+    const std::vector<std::string>* unexpected = &d.unexpected;
+    const std::vector<ShapeMismatch>* shapes = &d.shape_mismatch;
     if (d.prefix_fix) {
+        // One error for what the prefix explains: the cause, the fix, and the keys (GitHub shows ten
+        // annotations a step: one per key hid the fix).
         const PrefixFix& f = *d.prefix_fix;
-        out.push_back({"notice", d.file, "diff-keys: prefix fix", fix_text(d, f) + (f.command.empty() ? "" : ": " + f.command)});
+        // The keys the fix matches, by their names after it.
+        std::unordered_set<std::string_view> left(f.residue_unexpected.begin(), f.residue_unexpected.end());
+        std::vector<std::string> matched;
+        std::string name;
+        for (const auto& k : d.unexpected)
+            if (std::string_view n = fixed_name(name, k, f.strip, f.add); !left.count(n)) matched.emplace_back(n);
+        std::vector<std::string> keys = grouped_keys(matched);
+        std::string listed;
+        for (size_t i = 0; i < keys.size() && i < 3; ++i) listed += (i ? ", " : "") + keys[i];
+        if (keys.size() > 3) listed += ", …";
+        out.push_back({"error", d.file, "diff-keys: keys differ by a prefix",
+                       std::to_string(matched.size()) + (matched.size() == 1 ? " key differs" : " keys differ") +
+                           " only by a prefix (" + listed + "): " + fix_text(d, f) + (f.command.empty() ? "" : "; fix: " + f.command)});
+        missing = &f.residue_missing;
+        unexpected = &f.residue_unexpected;
+        shapes = &f.residue_shape;
     }
-    for (const auto& k : d.missing)
+    for (const auto& k : grouped_keys(*missing))
         out.push_back({"error", d.file, "diff-keys: missing key", k + ": in " + d.reference + ", not in " + d.file});
-    for (const auto& k : d.unexpected)
+    for (const auto& k : grouped_keys(*unexpected))
         out.push_back({"error", d.file, "diff-keys: unexpected key", k + ": in " + d.file + ", not in " + d.reference});
-    for (const auto& s : d.shape_mismatch)
+    for (const auto& s : *shapes)
         out.push_back({"error", d.file, "diff-keys: shape mismatch",
-                       s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference"});
+                       s.key + ": " + shape_text(s.shape) + " vs " + shape_text(s.reference_shape) + " in the reference" +
+                           (&s == &shapes->back() && !d.shape_hint.empty() ? " — " + d.shape_hint : "")});
     // Without --strict-dtype a dtype difference does not change the exit code (load_state_dict casts).
     for (const auto& s : d.dtype_mismatch)
         out.push_back({d.strict_dtype ? "error" : "warning", d.file, "diff-keys: dtype mismatch",

@@ -67,18 +67,22 @@ TEST_CASE("diff-keys: --format github annotations, the fix first, dtype a warnin
     KeySet b = keys({"w", "b", "y"});
     b.path = "ref.json";
     KeyDiff d = diff_keys(a, b, {});
+    REQUIRE(d.prefix_fix);
+    CHECK(d.prefix_fix->residue_missing == std::vector<std::string>{"y"});
+    CHECK(d.prefix_fix->residue_unexpected == std::vector<std::string>{"x,1:%\n"});
     std::vector<Annotation> g = github_annotations(d);
-    REQUIRE(g.size() == 1 + 3 + 3);  // the fix; 3 missing, 3 unexpected as the keys are
-    CHECK(g[0].level == "notice");
-    CHECK(g[0].title == "diff-keys: prefix fix");
-    CHECK(g[0].message.find("stripping \"module.\" on ckpt.pth's keys makes 2 of 3 match") == 0);
-    CHECK(g[0].message.find(": ckpt-tool strip-prefix ckpt.pth -o ckpt_stripped.pth") != std::string::npos);
+    REQUIRE(g.size() == 1 + 1 + 1);  // the prefix, as one error; what the fix leaves: y missing, x unexpected
+    CHECK(g[0].level == "error");
+    CHECK(g[0].title == "diff-keys: keys differ by a prefix");
+    CHECK(g[0].message.find("2 keys differ only by a prefix (w, b): "
+                            "stripping \"module.\" on ckpt.pth's keys makes 2 of 3 match") == 0);
+    CHECK(g[0].message.find("; fix: ckpt-tool strip-prefix ckpt.pth -o ckpt_stripped.pth") != std::string::npos);
     CHECK(g[1].level == "error");
     CHECK(g[1].file == "ckpt.pth");
     CHECK(g[1].title == "diff-keys: missing key");
-    CHECK(g[1].message == "w: in ref.json, not in ckpt.pth");
-    CHECK(g[6].title == "diff-keys: unexpected key");
-    CHECK(g[6].message == "module.x,1:%\n: in ckpt.pth, not in ref.json");
+    CHECK(g[1].message == "y: in ref.json, not in ckpt.pth");
+    CHECK(g[2].title == "diff-keys: unexpected key");
+    CHECK(g[2].message == "x,1:%\n: in ckpt.pth, not in ref.json");
 
     KeySet c = keys({"w", "b"});
     c.path = "c.pth";
@@ -89,11 +93,27 @@ TEST_CASE("diff-keys: --format github annotations, the fix first, dtype a warnin
     g = github_annotations(diff_keys(c, r, {}));
     REQUIRE(g.size() == 2);
     CHECK(g[0].title == "diff-keys: shape mismatch");
-    CHECK(g[0].message == "w: 3×4 vs 2 in the reference");
+    CHECK(g[0].message.rfind("w: 3×4 vs 2 in the reference — ", 0) == 0);
     CHECK(g[1].level == "warning");
     CHECK(g[1].title == "diff-keys: dtype mismatch");
     CHECK(g[1].message == "b: float16 vs float32 in the reference");
     g = github_annotations(diff_keys(c, r, {{}, true}));
     REQUIRE(g.size() == 2);
     CHECK(g[1].level == "error");
+}
+
+TEST_CASE("diff-keys: keys grouped by module for people") {
+    using V = std::vector<std::string>;
+    CHECK(grouped_keys({}).empty());
+    CHECK(grouped_keys(V{"w", "b"}) == V{"w", "b"});  // keys of no module stay as they are
+    CHECK(grouped_keys(V{"bn2.weight", "bn2.bias", "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked", "head.weight"}) ==
+          V{"bn2 (5 keys: weight, bias, running_mean, running_var, num_batches_tracked)", "head.weight"});
+    // Modules numbered in a row with the same keys are one line; a gap, other keys or a leading
+    // zero start another.
+    CHECK(grouped_keys(V{"layers.9.weight", "layers.9.bias", "layers.10.weight", "layers.10.bias", "layers.11.weight",
+                         "layers.11.bias", "layers.13.weight", "layers.13.bias", "layers.14.weight"}) ==
+          V{"layers.9–11 (2 keys each: weight, bias)", "layers.13 (2 keys: weight, bias)", "layers.14.weight"});
+    CHECK(grouped_keys(V{"h.0.w", "h.1.w", "h.2.w"}) == V{"h.0–2.w"});
+    CHECK(grouped_keys(V{"h.01.w", "h.02.w"}) == V{"h.01.w", "h.02.w"});
+    CHECK(grouped_keys(V{"a.x", "a.y", "a.z", "a.u", "a.v", "a.t"}) == V{"a (6 keys: x, y, z, u, v, …)"});
 }
