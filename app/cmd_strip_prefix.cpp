@@ -25,6 +25,8 @@ Runner setup_strip_prefix(CLI::App& sub, const GlobalOptions& global) {
                    "Put this prefix in front of every key (after any --prefix), e.g. to load into a "
                    "still-wrapped model");
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
+    sub.add_flag("--state-dict-only", r.options.state_dict_only,
+                 "Rename the state dict's keys only, not those of the other state dicts beside it that carry the same prefix (ema …)");
     sub.add_flag("--dry-run", r.dry_run, "Print the old → new mapping; write nothing");
     sub.add_flag("--in-place", r.in_place, "Replace IN itself (atomically)");
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");

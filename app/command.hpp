@@ -84,7 +84,7 @@ std::optional<ckpt::DType> cast_dtype(const std::string& name, const std::string
 template <class Report>
 void print_report(const Report& report, bool json, const GlobalOptions& global) {
     if (json) std::cout << to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    else render_text(report, std::cout, {global.color_enabled()});
+    else render_text(report, std::cout, {global.color_enabled(), global.verbose});
     std::cout.flush();
 }
 

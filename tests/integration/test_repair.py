@@ -229,8 +229,18 @@ def leftovers(directory):
 # The repairs
 
 
-def repair_case(s, name, obj, prefixes, args, unwrapped, sd_path=None, weights_only_ok=True):
-    """Saves `obj`, repairs it with `args`, and checks the output against torch's view."""
+def stripped_dict(sd, prefixes):
+    """`sd` with every key stripped as strip-prefix strips it, in the file's order, its _metadata as
+    torch's own repair makes it."""
+    out = collections.OrderedDict((expected_name(k, prefixes), v) for k, v in sd.items())
+    if hasattr(sd, "_metadata"):
+        out._metadata = expected_after_strip(sd, prefixes)._metadata
+    return out
+
+
+def repair_case(s, name, obj, prefixes, args, unwrapped, sd_path=None, weights_only_ok=True, also=()):
+    """Saves `obj`, repairs it with `args`, and checks the output against torch's view. `also`: the
+    other top-level state dicts that carry the prefix (renamed in the same run)."""
     src, dst = s.path(name + ".pth"), s.path(name + ".fixed.pth")
     torch.save(obj, src)
     before = sha(src)
@@ -274,7 +284,9 @@ def repair_case(s, name, obj, prefixes, args, unwrapped, sd_path=None, weights_o
     if sd_path is not None:
         rest = []
         for k in a:
-            if k != sd_path:
+            if k in also:
+                equal(stripped_dict(a[k], prefixes), b[k], k, rest)
+            elif k != sd_path:
                 equal(a[k], b[k], k, rest)
         s.check(list(a.keys()) == list(b.keys()) and not rest, "%s: rest of the checkpoint differs: %s" % (name, rest[:5]))
     # load_state_dict(strict=True) into the model it belongs to.
@@ -355,16 +367,47 @@ def test_repairs(s):
     ckpt = {"epoch": 3, "global_step": 1200, "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(), "args": argparse.Namespace(lr=1e-3, arch="net", layers=[1, 2]),
             "best_acc": 0.875, "note": "ddp run", "rng": torch.get_rng_state()}
-    # A copy of the weights whose key strings are the very same str objects: the pickle fetches
-    # them from the memo (BINGET), and outside the state dict they must keep their `module.` names.
+    # EMA weights whose key strings are the very same str objects: the pickle fetches them from the
+    # memo (BINGET). "ema" is a state dict carrying the prefix: renamed in the same run; a list of
+    # the same strings is no state dict and keeps its `module.` names.
     ckpt["ema"] = collections.OrderedDict((k, v.clone()) for k, v in ckpt["model"].items())
     ckpt["ema_keys"] = list(ckpt["model"].keys())
     rep = repair_case(s, "training", ckpt, ["module."], ["--state-dict-key", "model"], net(11),
-                      sd_path="model", weights_only_ok=False)
+                      sd_path="model", weights_only_ok=False, also=("ema",))
     if rep is not None:
         b = torch.load(s.path("training.fixed.pth"))
-        s.check(all(k.startswith("module.") for k in b["ema"]) and b["ema_keys"] == ckpt["ema_keys"],
-                "training: strings shared with the state dict were renamed elsewhere too")
+        s.check(b["ema_keys"] == ckpt["ema_keys"], "training: strings shared with the state dict were renamed outside it")
+        s.check([(o["state_dict_key"], o["renamed_count"]) for o in rep["others"]] == [("ema", len(ckpt["ema"]))],
+                "training: the report's others: %s" % rep["others"])
+        try:
+            net(12).load_state_dict(b["ema"], strict=True)
+            s.check(True, "")
+        except Exception as e:  # noqa: BLE001
+            s.check(False, "training: ema does not load strict=True: %s" % str(e).splitlines()[0])
+    # --state-dict-only leaves it; inspect then points at it, and its command repairs it.
+    only = s.path("training.model_only.pth")
+    r = s.run("strip-prefix", s.path("training.pth"), "-o", only, "--state-dict-only")
+    b = torch.load(only) if r.returncode == 0 else {}
+    s.check(r.returncode == 0 and all(k.startswith("module.") for k in b.get("ema", [""])) and "ema" not in r.stdout,
+            "--state-dict-only: %d %s" % (r.returncode, r.stderr))
+    r = s.run("inspect", only, "--json")
+    hints = [h for h in json.loads(r.stdout or "{}").get("hints", []) if h["kind"] == "wrapper_prefix"]
+    s.check(len(hints) == 1 and hints[0]["message"].startswith('the keys of "ema" (') and "--state-dict-key ema" in (hints[0]["command"] or ""),
+            "inspect points at ema: %s" % hints)
+    if hints and hints[0]["command"]:
+        r = subprocess.run([s.tool] + shlex.split(hints[0]["command"])[1:], capture_output=True, text=True)
+        out = shlex.split(hints[0]["command"])[-1]
+        s.check(r.returncode == 0 and not any(k.startswith("module.") for k in torch.load(out)["ema"]), "the ema hint's command: %s" % r.stderr)
+    r = s.run("inspect", s.path("training.pth"))
+    s.check('"ema" carries it too, and the command renames both' in r.stdout, "inspect says ema carries the prefix: %r" % r.stdout[-300:])
+    # The text shows the rule by a few renames; -v lists every one.
+    r = s.run("strip-prefix", s.path("training.pth"), "-o", s.path("training.text.pth"))
+    lines = r.stdout.splitlines()
+    s.check(r.returncode == 0 and len(lines) == 5 and lines[-1].startswith("  … %d more, the same way (-v lists every rename" % (len(ckpt["model"]) - 3)),
+            "renames summarised: %s" % lines)
+    r = subprocess.run([s.tool, "-v", "strip-prefix", s.path("training.pth"), "-o", s.path("training.text.pth"), "--force"],
+                       capture_output=True, text=True)
+    s.check(r.returncode == 0 and len(r.stdout.splitlines()) == 1 + len(ckpt["model"]), "-v lists every rename: %d lines" % len(r.stdout.splitlines()))
 
     # Long containers first: a loss history of 3,000 floats and a tuple of 300 milestones are the
     # first lists the unpickler builds, larger than the value arena's first slot block (256 items),

@@ -45,6 +45,7 @@ std::string human_count(uint64_t n);
 // How a text report is rendered (every command's render_text).
 struct TextStyle {
     bool color = false;
+    bool verbose = false;  // -v: every row where the text otherwise summarises (strip-prefix's renames)
 };
 
 struct Paint {

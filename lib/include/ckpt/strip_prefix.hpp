@@ -50,11 +50,19 @@ struct RenamePlan {
     std::vector<KeyRename> metadata;     // `_metadata` entries that change
     std::vector<std::string_view> new_keys;  // every string key's new name, in order
     TextStore text;                      // the names the renames view: one block per 64 KiB, not two strings a key
+    // The other state dicts of a training checkpoint that carry the same prefix ({model, ema, …}:
+    // the EMA weights saved beside the model's), renamed by the same rule in the same run: each one's
+    // plan, its top-level key in `state_dict_key` (its own `others` empty). Without a --prefix, those
+    // whose keys all carry the wrapper prefix the state dict's carry; with one, those whose keys all
+    // start with it. StripPrefixOptions::state_dict_only leaves them as they are.
+    std::vector<RenamePlan> others;
+    std::string state_dict_key;
 };
 
 struct StripPrefixOptions {
     std::vector<std::string> prefixes;  // --prefix (none: module. and _orig_mod., repeatedly)
     std::string add_prefix;             // --add-prefix
+    bool state_dict_only = false;       // --state-dict-only: not the other state dicts that carry the prefix
 };
 
 // Throws Error(usage) naming the file when the rename cannot be done safely: no state-dict mapping,

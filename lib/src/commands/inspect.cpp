@@ -97,9 +97,25 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
     std::string n = std::to_string(names.size());
     std::string wp = wrapper_prefix(names);
     if (!wp.empty()) {
-        r.hints.push_back({"wrapper_prefix", "all " + n + " keys start with \"" + wp + "\" (" + wrapper_origin(wp) + ")",
+        // The other state dicts saved beside it with the same prefix (ema …): strip-prefix renames them too.
+        std::string also;
+        auto others = other_state_dicts(c, [&](const auto& keys) { return wrapper_prefix(keys) == wp; });
+        for (const auto& [key, dict] : others) also += (also.empty() ? "" : ", ") + ("\"" + key + "\"");
+        if (!others.empty())
+            also = "; " + also + (others.size() == 1 ? " carries it too, and the command renames both" : " carry it too, and the command renames them all");
+        r.hints.push_back({"wrapper_prefix", "all " + n + " keys start with \"" + wp + "\" (" + wrapper_origin(wp) + ")" + also,
                            strip_prefix_command(c.path(), sd.path, {}, "")});
         return;
+    }
+    // The state dict is clean, but another saved beside it is not (ema stripped by hand, or forgotten).
+    for (const auto& [key, dict] : other_state_dicts(c, [](const auto& keys) { return !wrapper_prefix(keys).empty(); })) {
+        std::vector<std::string_view> keys;
+        for (size_t i = 0; i < dict->dict_size(); ++i)
+            if (dict->dict_key(i)->kind == ValueKind::string) keys.push_back(dict->dict_key(i)->s());
+        std::string owp = wrapper_prefix(keys);
+        r.hints.push_back({"wrapper_prefix", "the keys of \"" + key + "\" (" + std::to_string(keys.size()) + ") all start with \"" + owp +
+                                                 "\" (" + wrapper_origin(owp) + "), those of \"" + sd.path + "\" do not",
+                           strip_prefix_command(c.path(), key, {}, "")});
     }
     std::string lead = common_leading_component(names);
     if (!lead.empty()) {

@@ -84,6 +84,36 @@ void plan_keys(const std::vector<std::string_view>& keys, RenamePlan& plan) {
     }
 }
 
+// A dict's new names (plan_keys), refused when one would be empty or two would be one (each new name
+// indexed once: a map of 100,000 strings to strings was a tenth of strip-prefix's time), and its
+// `_metadata` entries.
+template <class Fail>
+void plan_dict(const std::vector<std::string_view>& keys, const Value* dict, RenamePlan& plan, Fail&& fail) {
+    plan_keys(keys, plan);
+    const std::vector<std::string_view>& new_names = plan.new_keys;
+    StringIndex taken;  // new name → its key's row of keys
+    taken.reserve(keys.size());
+    auto new_name = [&](size_t i) -> std::string_view { return new_names[i]; };
+    std::vector<std::string> clashes;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        std::string_view k = keys[i], to = new_names[i];
+        if (to.empty()) fail("key " + in_quotes(k) + " would become empty");
+        if (to[0] == '.')
+            fail("key " + in_quotes(k) + " would become " + in_quotes(to) + " (a prefix should end with \".\")");
+        auto [first, fresh] = taken.insert(to, i, new_name);
+        if (!fresh && clashes.size() < 3)
+            clashes.push_back(in_quotes(keys[first]) + " and " + in_quotes(k) + " would both become " + in_quotes(to));
+        else if (!fresh)
+            clashes.push_back("");
+    }
+    if (!clashes.empty()) {
+        std::string msg = std::to_string(clashes.size()) + " key collision" + (clashes.size() > 1 ? "s" : "") + ": ";
+        for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
+        fail(msg);
+    }
+    plan_metadata(dict, plan);
+}
+
 }  // namespace
 
 std::string RenameRule::key(std::string_view k) const {
@@ -182,31 +212,26 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
         }
     }
 
-    // The new names, each indexed once (StringIndex: a map of 100,000 strings to strings was a tenth
-    // of strip-prefix's time).
-    plan_keys(keys, plan);
-    const std::vector<std::string_view>& new_names = plan.new_keys;
-    StringIndex taken;  // new name → its key's row of keys
-    taken.reserve(keys.size());
-    auto new_name = [&](size_t i) -> std::string_view { return new_names[i]; };
-    std::vector<std::string> clashes;
-    for (size_t i = 0; i < keys.size(); ++i) {
-        std::string_view k = keys[i], to = new_names[i];
-        if (to.empty()) fail("key " + in_quotes(k) + " would become empty");
-        if (to[0] == '.')
-            fail("key " + in_quotes(k) + " would become " + in_quotes(to) + " (a prefix should end with \".\")");
-        auto [first, fresh] = taken.insert(to, i, new_name);
-        if (!fresh && clashes.size() < 3)
-            clashes.push_back(in_quotes(keys[first]) + " and " + in_quotes(k) + " would both become " + in_quotes(to));
-        else if (!fresh)
-            clashes.push_back("");
+    plan_dict(keys, sd.value, plan, fail);
+    plan.state_dict_key = sd.path;
+
+    // The other state dicts beside it at the top level that carry the same prefix (model and ema).
+    if (options.state_dict_only || plan.rule.strip.empty()) return plan;
+    std::string wp;
+    for (const auto& p : plan.rule.strip) wp += p;
+    auto carries = [&](const std::vector<std::string_view>& keys) {
+        if (plan.default_rule) return wrapper_prefix(keys) == wp;
+        return std::all_of(keys.begin(), keys.end(), [&](std::string_view k) { return starts_with(k, plan.rule.strip.front()); });
+    };
+    for (const auto& [key, dict] : other_state_dicts(c, carries)) {
+        RenamePlan other;
+        other.rule = plan.rule;
+        other.default_rule = plan.default_rule;
+        other.keys = string_keys(dict).size();
+        other.state_dict_key = key;
+        plan_dict(string_keys(dict), dict, other, [&](const std::string& why) { fail(key + ": " + why); });
+        plan.others.push_back(std::move(other));
     }
-    if (!clashes.empty()) {
-        std::string msg = std::to_string(clashes.size()) + " key collision" + (clashes.size() > 1 ? "s" : "") + ": ";
-        for (size_t i = 0; i < clashes.size() && i < 3; ++i) msg += (i ? "; " : "") + clashes[i];
-        fail(msg);
-    }
-    plan_metadata(sd.value, plan);
     return plan;
 }
 
@@ -217,8 +242,6 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     const PickleTrace* trace = c.pickle_trace();
     if (!trace) throw Error(ErrorKind::usage, c.path(), "internal: checkpoint opened without a pickle trace");
     ByteView pk = c.pickle_bytes();
-    const Value* sd = c.state_dict().value;
-    const Value* md = metadata_of(sd);
     // Each rename's old name indexed once (a StringIndex over the plan's rows, as plan_rename indexes
     // the new names).
     struct Renames {
@@ -234,19 +257,39 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
             return i == StringIndex::npos ? nullptr : &rows[i];
         }
     };
-    Renames key_map(plan.renamed), md_map(plan.metadata);
+    // The state dict, and the others renamed with it: each dict and its `_metadata`, with its renames.
+    struct Target {
+        const RenamePlan& plan;
+        const Value* dict;
+        const Value* md;
+        Renames keys, meta;
+        std::vector<char> found;  // by row of plan.renamed: its key's site seen
+        Target(const RenamePlan& p, const Value* d)
+            : plan(p), dict(d), md(metadata_of(d)), keys(p.renamed), meta(p.metadata), found(p.renamed.size()) {}
+    };
+    std::vector<std::unique_ptr<Target>> targets;
+    targets.push_back(std::make_unique<Target>(plan, c.state_dict().value));
+    for (const RenamePlan& o : plan.others) targets.push_back(std::make_unique<Target>(o, c.root()->get(o.state_dict_key)));
+    size_t renames = 0;
+    for (const auto& t : targets) renames += t->plan.renamed.size() + t->plan.metadata.size();
 
     std::vector<PickleEdit> edits;
-    edits.reserve(plan.renamed.size() + plan.metadata.size());
+    edits.reserve(renames);
     std::vector<const Value*> rewritten;  // strings whose pushing opcode now says the new name
     std::vector<uint64_t> sites;          // the opcodes edited so far
-    rewritten.reserve(plan.renamed.size());
-    sites.reserve(plan.renamed.size());
-    std::vector<char> found(plan.renamed.size());
+    rewritten.reserve(renames);
+    sites.reserve(renames);
     PagesBehind behind(&c.file(), pk);  // the sites come in pickle order, as a rule
     for (const auto& ks : trace->key_sites) {
         behind.at(ks.pos);
-        const Renames* map = ks.dict == sd ? &key_map : (md && ks.dict == md) ? &md_map : nullptr;
+        Target* target = nullptr;
+        const Renames* map = nullptr;
+        for (const auto& t : targets)
+            if (ks.dict == t->dict || (t->md && ks.dict == t->md)) {
+                target = t.get();
+                map = ks.dict == t->dict ? &t->keys : &t->meta;
+                break;
+            }
         if (!map) continue;
         const Value* key = ks.dict->dict_key(ks.entry);
         if (key->kind != ValueKind::string) continue;
@@ -266,7 +309,7 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
         edits.push_back({ks.pos, len, it->to, true});
         sites.push_back(ks.pos);
         if (push) rewritten.push_back(ks.key);
-        if (map == &key_map) found[static_cast<size_t>(it - plan.renamed.data())] = 1;
+        if (map == &target->keys) target->found[static_cast<size_t>(it - target->plan.renamed.data())] = 1;
     }
     // Sorted sets: two hash sets of 100,000 nodes were a twentieth of strip-prefix's time.
     std::sort(rewritten.begin(), rewritten.end());
@@ -275,10 +318,11 @@ PatchedPickle patch_pickle(const Checkpoint& c, const RenamePlan& plan) {
     for (const auto& g : trace->string_gets)
         if (has(rewritten, g.value) && !has(sites, g.pos))
             edits.push_back({g.pos, traced_opcode_length(pk, g.pos), g.value->s(), true});
-    for (size_t i = 0; i < plan.renamed.size(); ++i)
-        if (!found[i])
-            throw Error(ErrorKind::unsupported, c.path(),
-                        c.pickle_record() + ": cannot find where key " + in_quotes(plan.renamed[i].from) + " is written");
+    for (const auto& t : targets)
+        for (size_t i = 0; i < t->plan.renamed.size(); ++i)
+            if (!t->found[i])
+                throw Error(ErrorKind::unsupported, c.path(),
+                            c.pickle_record() + ": cannot find where key " + in_quotes(t->plan.renamed[i].from) + " is written");
 
     return apply_pickle_edits(c, std::move(edits));
 }
@@ -318,6 +362,7 @@ uint64_t write_renamed_safetensors(const Checkpoint& c, const RenamePlan& plan, 
 struct Expected {
     size_t records = 0, storages = 0, tensors = 0;
     const std::vector<std::string_view>* keys = nullptr;  // the state dict's, renamed (the plan's)
+    const std::vector<RenamePlan>* others = nullptr;       // the other state dicts renamed with it
 };
 
 Expected expected_of(const Checkpoint& in, const RenamePlan& plan) {
@@ -327,6 +372,7 @@ Expected expected_of(const Checkpoint& in, const RenamePlan& plan) {
     e.storages = in.storages().size();
     e.tensors = in.tensors().size();
     e.keys = &plan.new_keys;
+    e.others = &plan.others;
     return e;
 }
 
@@ -347,6 +393,9 @@ void check_written(const Expected& want, const std::string& written, const OpenO
         fail("storages or tensors differ");
     if (!out->problems().empty()) fail(out->problems().front().message);
     if (string_keys(out->state_dict().value) != *want.keys) fail("state-dict keys differ from the plan");
+    if (want.others)
+        for (const RenamePlan& o : *want.others)
+            if (string_keys(out->root()->get(o.state_dict_key)) != o.new_keys) fail(o.state_dict_key + "'s keys differ from the plan");
 }
 
 void refuse_damaged(const Checkpoint& c) {
@@ -505,6 +554,11 @@ nlohmann::json to_json(const StripPrefixReport& r) {
     };
     j["renamed"] = list(r.plan.renamed);
     j["metadata_renamed"] = list(r.plan.metadata);
+    nlohmann::json others = nlohmann::json::array();
+    for (const RenamePlan& o : r.plan.others)
+        others.push_back({{"state_dict_key", o.state_dict_key}, {"keys", o.keys}, {"renamed_count", o.renamed.size()},
+                          {"renamed", list(o.renamed)}, {"metadata_renamed", list(o.metadata)}});
+    j["others"] = std::move(others);
     j["records"] = r.records;
     j["bytes_written"] = r.bytes_written;
     return j;
@@ -518,17 +572,22 @@ void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle&
     std::string counts = std::to_string(r.plan.renamed.size()) + " of " + std::to_string(r.plan.keys) +
                          " keys (" + what + ")";
     if (!r.plan.metadata.empty()) counts += " and " + std::to_string(r.plan.metadata.size()) + " _metadata entries";
+    for (const RenamePlan& o : r.plan.others)
+        counts += ", and " + std::to_string(o.renamed.size()) + " of " + std::to_string(o.keys) + " in " + in_quotes(o.state_dict_key) +
+                  " (the same prefix)";
     if (r.dry_run) {
         out << paint("1", r.file) << ": dry run: would rename " << counts << "; nothing written\n";
     } else {
         out << paint("1", r.file) << " → " << paint("1", r.output) << ": renamed " << counts << "; "
             << r.records << " records, " << human_bytes(r.bytes_written) << " written\n";
     }
-    size_t limit = r.dry_run ? r.plan.renamed.size() : 20;
+    // A few renames show the rule (an LLM's thousand keys were a thousand lines); -v and --dry-run
+    // list every one, --json has them all.
+    size_t limit = r.dry_run || style.verbose ? r.plan.renamed.size() : 3;
     for (size_t i = 0; i < r.plan.renamed.size() && i < limit; ++i)
         out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", std::string(r.plan.renamed[i].to)) << "\n";
     if (r.plan.renamed.size() > limit)
-        out << "  … " << r.plan.renamed.size() - limit << " more (--dry-run or --json lists all)\n";
+        out << "  … " << r.plan.renamed.size() - limit << " more, the same way (-v lists every rename, --json has them all)\n";
 }
 
 }  // namespace ckpt

@@ -1,5 +1,7 @@
 #include "model/keys.hpp"
 
+#include "ckpt/checkpoint.hpp"
+
 namespace ckpt {
 
 namespace {
@@ -86,6 +88,27 @@ bool any_glob_matches(const std::vector<std::string>& patterns, std::string_view
     for (const auto& p : patterns)
         if (glob_match(p, text)) return true;
     return false;
+}
+
+std::vector<std::pair<std::string, const Value*>> other_state_dicts(
+    const Checkpoint& c, const std::function<bool(const std::vector<std::string_view>&)>& carries) {
+    std::vector<std::pair<std::string, const Value*>> out;
+    const StateDict& sd = c.state_dict();
+    const Value* root = c.root();
+    if (sd.kind != StateDictKind::dict || sd.path.empty() || !root || root->kind != ValueKind::dict || root->get(sd.path) != sd.value)
+        return out;
+    for (size_t i = 0; i < root->dict_size(); ++i) {
+        const Value* v = root->dict_value(i);
+        if (root->dict_key(i)->kind != ValueKind::string || v == sd.value || v->kind != ValueKind::dict) continue;
+        std::vector<std::string_view> keys;
+        bool tensors = false;
+        for (size_t k = 0; k < v->dict_size(); ++k) {
+            if (v->dict_key(k)->kind == ValueKind::string) keys.push_back(v->dict_key(k)->s());
+            tensors = tensors || v->dict_value(k)->kind == ValueKind::tensor;
+        }
+        if (tensors && !keys.empty() && carries(keys)) out.push_back({std::string(root->dict_key(i)->s()), v});
+    }
+    return out;
 }
 
 }  // namespace ckpt

@@ -1,11 +1,16 @@
 // Operations on key sets: wrapper prefixes, globs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
+
+class Checkpoint;
+struct Value;
 
 // The wrapper prefixes torch's consume_prefix_in_state_dict_if_present would strip: "module." and
 // "_orig_mod.", repeatedly and in any order, while every key carries one. Returns what all keys share
@@ -18,5 +23,11 @@ std::string common_leading_component(const std::vector<std::string_view>& keys);
 // fnmatch-style glob: '*' any run (dots included), '?' one character, '[abc]' a set.
 bool glob_match(std::string_view pattern, std::string_view text);
 bool any_glob_matches(const std::vector<std::string>& patterns, std::string_view text);
+
+// The other state dicts beside a checkpoint's own at its top level (a training checkpoint's
+// {model, ema, …}): dicts holding tensors whose string keys, all of them, pass `carries`; each one's
+// top-level key and dict, in file order. None when the state dict is not a top-level value.
+std::vector<std::pair<std::string, const Value*>> other_state_dicts(
+    const Checkpoint& c, const std::function<bool(const std::vector<std::string_view>&)>& carries);
 
 }  // namespace ckpt
