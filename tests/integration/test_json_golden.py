@@ -21,10 +21,20 @@ CASES = [
     ("resnet_ddp.pth.strip-prefix.json", ["strip-prefix", "data/resnet_ddp.pth", "--dry-run"], 0),
     ("training.pth.verify.json", ["verify", "data/training.pth", "--all"], 0),
 ]
-# (command line, expected command, error kind, file the error names); {tmp} is a scratch folder.
+# (command line, expected command, error kind, file the error names[, the whole message]); {tmp} is
+# a scratch folder.
 ERROR_CASES = [
+    (["verify", "{tmp}/truncated.pth"], "verify", "corrupt", "{tmp}/truncated.pth",
+     "{tmp}/truncated.pth: truncated or still being written: 1000 bytes, and the end of the zip archive "
+     "(the directory a torch.save file ends with) is missing"),
+    (["inspect", "data/training.pth", "--state-dict-key", "modle"], "inspect", "usage", "data/training.pth",
+     "data/training.pth: --state-dict-key 'modle': no such key (the top level has: model, optimizer, lr_scheduler, epoch, args)"),
+    (["inspect", "data/resnet_ddp.pth", "--state-dict-key", "model"], "inspect", "usage", "data/resnet_ddp.pth",
+     "data/resnet_ddp.pth: --state-dict-key 'model': no such key (the top level is the state dict itself: leave --state-dict-key out)"),
+    (["inspect", "{tmp}"], "inspect", "format", "{tmp}",
+     "{tmp}: is a directory holding no checkpoint this tool reads: no *.index.json (Hugging Face shards), no DeepSpeed folder "
+     "(latest, global_step*/), no torch.distributed.checkpoint folder (.metadata); name a file in it"),
     (["inspect", "/nonexistent/x.pth"], "inspect", "io", "/nonexistent/x.pth"),
-    (["verify", "{tmp}/truncated.pth"], "verify", "corrupt", "{tmp}/truncated.pth"),
     (["diff-keys", "/nonexistent/a.pth", "data/training.pth"], "diff-keys", "io", "/nonexistent/a.pth"),
     (["strip-prefix", "/nonexistent/a.pth", "-o", "{tmp}/out.pth"], "strip-prefix", "io", "/nonexistent/a.pth"),
     (["convert", "/nonexistent/a.pth", "-o", "{tmp}/out.safetensors"], "convert", "io", "/nonexistent/a.pth"),
@@ -102,9 +112,10 @@ def main():
             head = f.read(1000)
         with open(os.path.join(tmp, "truncated.pth"), "wb") as f:
             f.write(head)  # torch.save's file cut short: its zip directory is missing
-        for argv, command, kind, file in ERROR_CASES:
+        for argv, command, kind, file, *message in ERROR_CASES:
             argv = [a.replace("{tmp}", tmp) for a in argv] + ["--json"]
             file = file.replace("{tmp}", tmp) if file else None
+            message = message[0].replace("{tmp}", tmp) if message else None
             run = subprocess.run([args.tool] + argv, cwd=ROOT, capture_output=True, text=True)
             problems = []
             if run.returncode != 2:
@@ -121,6 +132,8 @@ def main():
                     problems.append("command %r, expected %r" % (got.get("command"), command))
                 if err.get("kind") != kind or err.get("file") != file:
                     problems.append("error kind %r file %r, expected %r %r" % (err.get("kind"), err.get("file"), kind, file))
+                if message is not None and err.get("message") != message:
+                    problems.append("message %r, expected %r" % (err.get("message"), message))
                 if run.stderr != "ckpt-tool: error: %s\n" % err.get("message"):
                     problems.append("stderr %r is not the report's message %r" % (run.stderr, err.get("message")))
             for p in problems:

@@ -31,8 +31,14 @@ std::string index_in(const std::string& dir) {
         ::closedir(d);
     }
     if (found.empty())
-        throw Error(ErrorKind::format, dir, "is a directory without a *.index.json (a sharded checkpoint's index)");
-    if (found.size() > 1) throw Error(ErrorKind::usage, dir, "holds " + std::to_string(found.size()) + " index files: name one");
+        throw Error(ErrorKind::format, dir,
+                    "is a directory holding no checkpoint this tool reads: no *.index.json (Hugging Face shards), no DeepSpeed "
+                    "folder (latest, global_step*/), no torch.distributed.checkpoint folder (.metadata); name a file in it");
+    std::sort(found.begin(), found.end());
+    if (found.size() > 1)
+        throw Error(ErrorKind::usage, dir,
+                    "holds " + std::to_string(found.size()) + " index files (" + found[0] + ", " + found[1] + (found.size() > 2 ? ", …" : "") +
+                        "): name one");
     return dir + "/" + found.front();
 }
 }  // namespace

@@ -120,8 +120,18 @@ void ModelBuilder::find_state_dict() {
     if (options.state_dict_key) {
         std::string path;
         const Value* v = resolve(*options.state_dict_key, path);
-        if (!v)
-            throw Error(ErrorKind::usage, "", "--state-dict-key '" + *options.state_dict_key + "': no such key");
+        if (!v) {
+            // What there is to name: the top level's keys (an object's attributes), a few.
+            const Value* d = root->kind == ValueKind::object && root->state ? root->state : root;
+            std::string there;
+            if (d->kind == ValueKind::dict)
+                for (size_t i = 0; i < d->dict_size() && i < 8; ++i) there += (i ? ", " : "") + key_part(d->dict_key(i));
+            if (d->kind == ValueKind::dict && d->dict_size() > 8) there += ", …";
+            std::string why = dict_tensor_count(root) ? " (the top level is the state dict itself: leave --state-dict-key out)"
+                              : there.empty()         ? " (the top level is no mapping)"
+                                                      : " (the top level has: " + there + ")";
+            throw Error(ErrorKind::usage, "", "--state-dict-key '" + *options.state_dict_key + "': no such key" + why);
+        }
         if (is_module(v)) return take_module(v, path);
         if (dict_tensor_count(v) == 0)
             throw Error(ErrorKind::usage, "",
