@@ -26,6 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             // The lookup by name must find an entry of that name (the first of duplicates).
             const ckpt::ZipEntry* found = zip.find(e.name);
             if (!found || found->name != e.name) std::abort();
+            // The frame check never throws: what is wrong is its answer. A record whose data it
+            // says can be found must have a local header data_offset accepts.
+            bool readable = true;
+            std::string frame = zip.frame_problem(e, &readable);
+            if (frame.empty() && !readable) std::abort();
+            if (readable) try {
+                    (void)zip.data_offset(e);
+                } catch (const ckpt::Error&) {
+                    std::abort();
+                }
             try {
                 (void)zip.data_offset(e);
                 if (e.size > k_max_record || total + e.size > k_max_total) continue;
