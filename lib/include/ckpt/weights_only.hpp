@@ -30,8 +30,9 @@ struct WeightsOnlyAnswer {
     std::string fix;      // what to do: add_safe_globals([...]), convert --weights-only, a newer torch …
 };
 
-// The answers for torch 2.6 and torch 1.13, in that order.
-std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c);
+// The answers for torch 2.6 and torch 1.13, in that order. `frames`: c.frame_problems(), when the
+// caller has asked already (a damaged file loads in no torch); asked here otherwise.
+std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c, const std::vector<Problem>* frames = nullptr);
 
 // As inspect --json and scan --json give them (docs/schema/inspect.schema.json "weights_only").
 nlohmann::json weights_only_json(const std::vector<WeightsOnlyAnswer>& answers);

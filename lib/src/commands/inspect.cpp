@@ -128,7 +128,8 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
 }  // namespace
 
 InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
-    if (std::vector<Problem> frames = c.frame_problems(); !frames.empty()) {
+    std::vector<Problem> frames = c.frame_problems();
+    if (!frames.empty()) {
         std::string more = frames.size() > 1 ? " (and " + std::to_string(frames.size() - 1) + " more records)" : "";
         throw Error(ErrorKind::corrupt, c.path(),
                     frames.front().message + more + (frames.size() > 1 ? ": the file holds parts of two saves (" : ": another save wrote there? (") +
@@ -211,7 +212,7 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
                                   std::string(c.records()[left.front()].name) + (left.size() == 1 ? "" : " …") +
                                   ")" + (left.size() == 1 ? " is" : " are") + " no tensor's storage: left by another save? (" + k_two_writers_advice +
                                   "); 'ckpt-tool verify " + c.path() + "' checks every byte"});
-    r.weights_only = weights_only_answers(c);
+    r.weights_only = weights_only_answers(c, &frames);
     for (const auto& g : c.globals()) {
         r.globals.push_back(judge(*options.policy, g));
         const GlobalVerdict& v = r.globals.back();

@@ -567,20 +567,6 @@ static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, 
     if (o.reference) ref = reference_fingerprint(o, ref_is_fingerprint, ahead);
     bool all = o.all || (ref && ref_is_fingerprint && ref->scope == "all");
 
-    // A record whose local header is broken cannot be found: the records' frames are the findings,
-    // with the checks that read no value, and no value is read.
-    if (std::vector<Problem> frames = c.frame_problems();
-        std::any_of(frames.begin(), frames.end(), [](const Problem& p) { return p.kind == "record_header"; })) {
-        if (frames.size() >= 2)
-            rep.findings.push_back({"mixed_saves", "",
-                                    std::to_string(frames.size()) + " records are not where or what the zip directory says (" +
-                                        frames.front().key + " …): what two saves into one file leave (" + k_two_writers_advice +
-                                        "); no tensor value was read"});
-        for (const Problem& p : frames) rep.findings.push_back({"record_frame", p.key, p.message});
-        integrity_findings(c, Fingerprint{}, {}, *o.policy, rep.findings);
-        return rep;
-    }
-
     FingerprintOptions so;
     so.all = all;
     so.key_globs = o.key_globs;
@@ -600,7 +586,26 @@ static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, 
             take(t);
             if (rows) rep.tensors.push_back({std::move(t), nullptr, "", "", 0});
         };
-    Fingerprint fp = fingerprint(c, so);
+    Fingerprint fp;
+    try {
+        fp = fingerprint(c, so);
+    } catch (const Error&) {
+        // A record whose local header is broken cannot be found (the workers check each one): when
+        // the records' frames say so, they are the findings, with the checks that read no value, and
+        // no value is read. The frames are asked only then: a file read whole needs no second pass.
+        std::vector<Problem> frames = c.frame_problems();
+        if (std::none_of(frames.begin(), frames.end(), [](const Problem& p) { return p.kind == "record_header"; })) throw;
+        rep.tensors.clear();
+        rep.tensors_read = 0;
+        if (frames.size() >= 2)
+            rep.findings.push_back({"mixed_saves", "",
+                                    std::to_string(frames.size()) + " records are not where or what the zip directory says (" +
+                                        frames.front().key + " …): what two saves into one file leave (" + k_two_writers_advice +
+                                        "); no tensor value was read"});
+        for (const Problem& p : frames) rep.findings.push_back({"record_frame", p.key, p.message});
+        integrity_findings(c, Fingerprint{}, {}, *o.policy, rep.findings);
+        return rep;
+    }
     if (fingerprint_out)
         for (const auto& t : fp.tensors) {
             take(t);

@@ -63,7 +63,7 @@ std::string opcode_why(uint8_t op, const Release& r) {
 
 }  // namespace
 
-std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c) {
+std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c, const std::vector<Problem>* frames) {
     std::vector<WeightsOnlyAnswer> out;
     bool applies = c.shards().empty() && (c.format() == Format::torch_zip || c.format() == Format::torchscript ||
                                           c.format() == Format::legacy);
@@ -74,8 +74,12 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c) {
     std::string damage;
     if (applies) {
         if (!c.problems().empty()) damage = c.problems().front().message;
-        for (const Problem& p : c.frame_problems())
-            if (damage.empty() && p.kind == "record_header") damage = p.message;
+        std::vector<Problem> asked;
+        if (damage.empty()) {
+            if (!frames) frames = &(asked = c.frame_problems());
+            for (const Problem& p : *frames)
+                if (damage.empty() && p.kind == "record_header") damage = p.message;
+        }
     }
     for (const Release& r : k_releases) {
         WeightsOnlyAnswer a;
