@@ -400,6 +400,13 @@ def test_repairs(s):
         s.check(r.returncode == 0 and not any(k.startswith("module.") for k in torch.load(out)["ema"]), "the ema hint's command: %s" % r.stderr)
     r = s.run("inspect", s.path("training.pth"))
     s.check('"ema" carries it too, and the command renames both' in r.stdout, "inspect says ema carries the prefix: %r" % r.stdout[-300:])
+    # One EMA dict at two keys (the pickle writes it once, the second a memo fetch): renamed once.
+    e = collections.OrderedDict(("module." + k, v) for k, v in net(44).state_dict().items())
+    torch.save({"model": nn.DataParallel(net(45)).state_dict(), "ema": e, "ema_copy": e}, s.path("twice.pth"))
+    r = s.run("strip-prefix", s.path("twice.pth"), "-o", s.path("twice.fixed.pth"))
+    b = torch.load(s.path("twice.fixed.pth")) if r.returncode == 0 else {}
+    s.check(r.returncode == 0 and b["ema"] is b["ema_copy"] and list(b["ema"]) == [k[len("module."):] for k in e],
+            "one dict at two keys: %d %s" % (r.returncode, r.stderr))
     # The text shows the rule by a few renames; -v lists every one.
     r = s.run("strip-prefix", s.path("training.pth"), "-o", s.path("training.text.pth"))
     lines = r.stdout.splitlines()

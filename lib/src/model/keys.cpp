@@ -1,5 +1,7 @@
 #include "model/keys.hpp"
 
+#include <algorithm>
+
 #include "ckpt/checkpoint.hpp"
 
 namespace ckpt {
@@ -99,7 +101,9 @@ std::vector<std::pair<std::string, const Value*>> other_state_dicts(
         return out;
     for (size_t i = 0; i < root->dict_size(); ++i) {
         const Value* v = root->dict_value(i);
-        if (root->dict_key(i)->kind != ValueKind::string || v == sd.value || v->kind != ValueKind::dict) continue;
+        if (root->dict_key(i)->kind != ValueKind::string || v == sd.value || v->kind != ValueKind::dict ||
+            std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.second == v; }))  // one dict at two keys: once
+            continue;
         std::vector<std::string_view> keys;
         bool tensors = false;
         for (size_t k = 0; k < v->dict_size(); ++k) {
