@@ -222,8 +222,6 @@ std::vector<std::string> candidate_prefixes(const std::vector<const KeyInfo*>& k
     return out;
 }
 
-// How well "strip `strip` where present, then add `add`" makes `a` fit `b`; nullopt when it would
-// give two keys one name (strip-prefix would refuse it).
 // The new name of a key under a fix, made in `out`: no string of its own per key and prefix pair.
 std::string_view fixed_name(std::string& out, std::string_view k, const std::string& strip, const std::string& add) {
     if (!strip.empty() && starts_with(k, strip)) k.remove_prefix(strip.size());
@@ -231,6 +229,8 @@ std::string_view fixed_name(std::string& out, std::string_view k, const std::str
     return out;
 }
 
+// How well "strip `strip` where present, then add `add`" makes `a` fit `b`; nullopt when it would
+// give two keys one name (strip-prefix would refuse it).
 std::optional<PrefixFix> evaluate(const Side& a, const Side& b, const std::string& strip, const std::string& add) {
     PrefixFix f;
     f.strip = strip;
@@ -325,10 +325,12 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
     Side b = filtered(reference, options.ignore, d.reference_ignored);
     d.keys = a.keys.size();
     d.reference_keys = b.keys.size();
+    std::vector<const KeyInfo*> a_left, b_left;  // the keys of each side the other lacks
     for (const KeyInfo* k : a.keys) {
         const KeyInfo* found = b.find(k->name);
         if (!found) {
             d.unexpected.emplace_back(k->name);
+            a_left.push_back(k);
             continue;
         }
         ++d.matched;
@@ -338,17 +340,15 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
             d.dtype_mismatch.push_back({std::string(k->name), std::string(k->dtype), std::string(r.dtype)});
     }
     for (const KeyInfo* k : b.keys)
-        if (!a.find(k->name)) d.missing.emplace_back(k->name);
+        if (!a.find(k->name)) {
+            d.missing.emplace_back(k->name);
+            b_left.push_back(k);
+        }
 
     d.shape_hint = shape_hint(d.shape_mismatch, b);
     if (d.missing.empty() && d.unexpected.empty()) return d;
     // Prefixes carried by most keys, and by most of the keys that do not match (what a fix applied
     // to some keys only leaves: module.layers.9–11.* after the rest were stripped).
-    std::vector<const KeyInfo*> a_left, b_left;
-    for (const KeyInfo* k : a.keys)
-        if (!b.find(k->name)) a_left.push_back(k);
-    for (const KeyInfo* k : b.keys)
-        if (!a.find(k->name)) b_left.push_back(k);
     auto both = [](std::vector<std::string> x, const std::vector<std::string>& y) {
         for (const auto& p : y)
             if (std::find(x.begin(), x.end(), p) == x.end()) x.push_back(p);
@@ -362,7 +362,7 @@ KeyDiff diff_keys(const KeySet& file, const KeySet& reference, const DiffOptions
             if (f && (!best || better(*f, *best))) best = f;
         }
     if (!best || best->matched <= d.matched) return d;
-    fill_residue(a, b, *best);
+    if (!best->complete()) fill_residue(a, b, *best);  // a complete fix leaves nothing
     d.shape_hint = shape_hint(best->residue_shape, b);
     if (file.kind == "checkpoint") {
         std::vector<std::string_view> all;
