@@ -100,7 +100,7 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
         // The other state dicts saved beside it with the same prefix (ema …): strip-prefix renames them too.
         std::string also;
         auto others = other_state_dicts(c, [&](const auto& keys) { return wrapper_prefix(keys) == wp; });
-        for (const auto& [key, dict] : others) also += (also.empty() ? "" : ", ") + ("\"" + key + "\"");
+        for (const OtherStateDict& o : others) also += (also.empty() ? "" : ", ") + ("\"" + o.name + "\"");
         if (!others.empty())
             also = "; " + also + (others.size() == 1 ? " carries it too, and the command renames both" : " carry it too, and the command renames them all");
         r.hints.push_back({"wrapper_prefix", "all " + n + " keys start with \"" + wp + "\" (" + wrapper_origin(wp) + ")" + also,
@@ -108,14 +108,11 @@ void add_prefix_hints(const Checkpoint& c, InspectReport& r) {
         return;
     }
     // The state dict is clean, but another saved beside it is not (ema stripped by hand, or forgotten).
-    for (const auto& [key, dict] : other_state_dicts(c, [](const auto& keys) { return !wrapper_prefix(keys).empty(); })) {
-        std::vector<std::string_view> keys;
-        for (size_t i = 0; i < dict->dict_size(); ++i)
-            if (dict->dict_key(i)->kind == ValueKind::string) keys.push_back(dict->dict_key(i)->s());
-        std::string owp = wrapper_prefix(keys);
-        r.hints.push_back({"wrapper_prefix", "the keys of \"" + key + "\" (" + std::to_string(keys.size()) + ") all start with \"" + owp +
+    for (const OtherStateDict& o : other_state_dicts(c, [](const auto& keys) { return !wrapper_prefix(keys).empty(); })) {
+        std::string owp = wrapper_prefix(o.keys);
+        r.hints.push_back({"wrapper_prefix", "the keys of \"" + o.name + "\" (" + std::to_string(o.keys.size()) + ") all start with \"" + owp +
                                                  "\" (" + wrapper_origin(owp) + "), those of \"" + sd.path + "\" do not",
-                           strip_prefix_command(c.path(), key, {}, "")});
+                           strip_prefix_command(c.path(), o.name, {}, "")});
     }
     std::string lead = common_leading_component(names);
     if (!lead.empty()) {

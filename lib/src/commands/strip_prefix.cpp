@@ -223,13 +223,13 @@ RenamePlan plan_rename(const Checkpoint& c, const StripPrefixOptions& options) {
         if (plan.default_rule) return wrapper_prefix(keys) == wp;
         return std::all_of(keys.begin(), keys.end(), [&](std::string_view k) { return starts_with(k, plan.rule.strip.front()); });
     };
-    for (const auto& [name, dict] : other_state_dicts(c, carries)) {
+    for (const OtherStateDict& o : other_state_dicts(c, carries)) {
         RenamePlan other;
         other.rule = plan.rule;
         other.default_rule = plan.default_rule;
-        other.keys = string_keys(dict).size();
-        other.state_dict_key = name;
-        plan_dict(string_keys(dict), dict, other, [&](const std::string& why) { fail(other.state_dict_key + ": " + why); });
+        other.keys = o.keys.size();
+        other.state_dict_key = o.name;
+        plan_dict(o.keys, o.dict, other, [&](const std::string& why) { fail(o.name + ": " + why); });
         plan.others.push_back(std::move(other));
     }
     return plan;

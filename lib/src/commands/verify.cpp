@@ -81,7 +81,10 @@ void crc_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Findin
         if (!e.tensor || !c.tensors()[*e.tensor].strided_view()) continue;
         auto r = c.storage_record(c.tensors()[*e.tensor].storage);
         if (!r) continue;
-        if (!counted[*r]) storage_records += counted[*r] = 1;
+        if (!counted[*r]) {
+            counted[*r] = 1;
+            ++storage_records;
+        }
         size_t b = bad_of_record[*r];
         if (b == k_none) continue;
         if (keys[b].empty()) order.push_back(b);
@@ -384,7 +387,6 @@ void compare(VerifyReport& rep, const Fingerprint& ref) {
     for (size_t i = 0; i < ref.tensors.size(); ++i) {
         const TensorPrint& r = ref.tensors[i];
         if (matched[by_key.find(r.key)]) continue;  // a key twice in the reference: both by its first
-        if (!o.key_globs.empty() && !any_glob_matches(o.key_globs, r.key)) continue;
         TensorVerdict v;
         v.print.key = r.key;
         v.print.dtype = r.dtype;
@@ -625,10 +627,7 @@ static VerifyReport verify_unnamed(const Checkpoint& c, const VerifyOptions& o, 
     if (ref) {
         if (!o.key_globs.empty() || !o.ignore_globs.empty())
             ref->tensors.erase(std::remove_if(ref->tensors.begin(), ref->tensors.end(),
-                                              [&](const TensorPrint& t) {
-                                                  return (!o.key_globs.empty() && !any_glob_matches(o.key_globs, t.key)) ||
-                                                         any_glob_matches(o.ignore_globs, t.key);
-                                              }),
+                                              [&](const TensorPrint& t) { return !key_selected(o.key_globs, o.ignore_globs, t.key); }),
                                ref->tensors.end());
         compare(rep, *ref);
     }

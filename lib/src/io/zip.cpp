@@ -213,45 +213,53 @@ const ZipEntry* ZipArchive::find(std::string_view name) const {
     return pos == StringIndex::npos ? nullptr : &m_entries[pos];
 }
 
-uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
+ZipArchive::LocalHeader ZipArchive::read_local_header(const ZipEntry& e, ByteView header) const {
     // Read in place once the fixed 30 bytes are known to be there (a reader with a context made
     // for each record was an allocation a record, for messages it never gave).
     auto le = [&](uint64_t at, int n) { return load_le(header.data + at, n); };
     if (header.size < 30 + (m_limits.tolerant ? 0 : e.name.size()) || le(0, 4) != k_local_sig)
-        corrupt("bad local header signature for '" + std::string(e.name) + "'", e.local_header_offset);
+        return {0, "bad local header signature for '" + std::string(e.name) + "'", e.local_header_offset};
     uint16_t method = static_cast<uint16_t>(le(8, 2));
     uint16_t name_len = static_cast<uint16_t>(le(26, 2)), extra_len = static_cast<uint16_t>(le(28, 2));
     if (method != e.method && !m_limits.tolerant)
-        corrupt("local header of '" + std::string(e.name) + "' disagrees with the directory on the method",
-                e.local_header_offset);
+        return {0, "local header of '" + std::string(e.name) + "' disagrees with the directory on the method", e.local_header_offset};
     if (!m_limits.tolerant &&
         (name_len != e.name.size() || std::string_view(reinterpret_cast<const char*>(header.data) + 30, name_len) != e.name))
-        corrupt("local header name differs from the directory's '" + std::string(e.name) + "'",
-                e.local_header_offset);
+        return {0, "local header name differs from the directory's '" + std::string(e.name) + "'", e.local_header_offset};
     uint64_t start = e.local_header_offset + 30 + name_len + extra_len;
     auto end = checked_add(start, e.compressed_size);
     if (!end || *end > m_cd_offset)
-        corrupt("data of '" + std::string(e.name) + "' runs past the start of the central directory", start);
-    return start;
+        return {0, "data of '" + std::string(e.name) + "' runs past the start of the central directory", start};
+    return {start, "", 0};
+}
+
+ZipArchive::LocalHeader ZipArchive::local_header(const ZipEntry& e) const {
+    // Tolerant: the local header's own name length counts, whatever the directory says.
+    auto header = m_file.sub(e.local_header_offset, m_limits.tolerant ? 30 : 30 + e.name.size());
+    if (!header) return {0, "local header of '" + std::string(e.name) + "' is past the end of the file", e.local_header_offset};
+    return read_local_header(e, *header);
+}
+
+uint64_t ZipArchive::check_local_header(const ZipEntry& e, ByteView header) const {
+    LocalHeader h = read_local_header(e, header);
+    if (!h.problem.empty()) corrupt(h.problem, h.at);
+    return h.start;
 }
 
 uint64_t ZipArchive::data_offset(const ZipEntry& e) const {
-    // Tolerant: the local header's own name length counts, whatever the directory says.
-    auto header = m_file.sub(e.local_header_offset, m_limits.tolerant ? 30 : 30 + e.name.size());
-    if (!header) corrupt("local header of '" + std::string(e.name) + "' is past the end of the file", e.local_header_offset);
-    return check_local_header(e, *header);
+    LocalHeader h = local_header(e);
+    if (!h.problem.empty()) corrupt(h.problem, h.at);
+    return h.start;
 }
 
 std::string ZipArchive::frame_problem(const ZipEntry& e, bool* data_readable) const {
     using text::hex32;
-    uint64_t start;
-    try {
-        start = data_offset(e);
-    } catch (const Error& error) {
+    LocalHeader h = local_header(e);
+    if (!h.problem.empty()) {
         if (data_readable) *data_readable = false;
-        return error.message().substr(error.message().rfind("zip: ", 0) == 0 ? 5 : 0) + " (at byte " +
-               std::to_string(e.local_header_offset) + ")";
+        return h.problem + " (at byte " + std::to_string(h.at) + ")";
     }
+    uint64_t start = h.start;
     if (!(e.flags & 0x8)) return "";
     constexpr uint32_t k_descriptor_sig = 0x08074b50;
     uint64_t at = start + e.compressed_size;  // before the directory: check_local_header saw to it

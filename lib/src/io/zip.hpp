@@ -95,7 +95,15 @@ public:
     ByteView central_directory() const { return *m_file.sub(m_cd_offset, m_cd_size); }
 
 private:
-    uint64_t check_local_header(const ZipEntry& entry, ByteView header) const;
+    // A record's local header as read: where its data starts, or what is wrong with it (and where).
+    struct LocalHeader {
+        uint64_t start = 0;
+        std::string problem;  // "" when it holds
+        uint64_t at = 0;
+    };
+    LocalHeader read_local_header(const ZipEntry& entry, ByteView header) const;  // never throws
+    LocalHeader local_header(const ZipEntry& entry) const;                        // through the mapping
+    uint64_t check_local_header(const ZipEntry& entry, ByteView header) const;    // throws what is wrong
     auto name_at() const {
         return [this](size_t pos) -> std::string_view { return m_entries[pos].name; };
     }

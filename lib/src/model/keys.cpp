@@ -92,9 +92,13 @@ bool any_glob_matches(const std::vector<std::string>& patterns, std::string_view
     return false;
 }
 
-std::vector<std::pair<std::string, const Value*>> other_state_dicts(
-    const Checkpoint& c, const std::function<bool(const std::vector<std::string_view>&)>& carries) {
-    std::vector<std::pair<std::string, const Value*>> out;
+bool key_selected(const std::vector<std::string>& only, const std::vector<std::string>& ignore, std::string_view key) {
+    return (only.empty() || any_glob_matches(only, key)) && !any_glob_matches(ignore, key);
+}
+
+std::vector<OtherStateDict> other_state_dicts(const Checkpoint& c,
+                                              const std::function<bool(const std::vector<std::string_view>&)>& carries) {
+    std::vector<OtherStateDict> out;
     const StateDict& sd = c.state_dict();
     const Value* root = c.root();
     if (sd.kind != StateDictKind::dict || sd.path.empty() || !root || root->kind != ValueKind::dict || root->get(sd.path) != sd.value)
@@ -102,7 +106,7 @@ std::vector<std::pair<std::string, const Value*>> other_state_dicts(
     for (size_t i = 0; i < root->dict_size(); ++i) {
         const Value* v = root->dict_value(i);
         if (root->dict_key(i)->kind != ValueKind::string || v == sd.value || v->kind != ValueKind::dict ||
-            std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.second == v; }))  // one dict at two keys: once
+            std::any_of(out.begin(), out.end(), [&](const OtherStateDict& o) { return o.dict == v; }))  // one dict at two keys: once
             continue;
         std::vector<std::string_view> keys;
         bool tensors = false;
@@ -110,7 +114,7 @@ std::vector<std::pair<std::string, const Value*>> other_state_dicts(
             if (v->dict_key(k)->kind == ValueKind::string) keys.push_back(v->dict_key(k)->s());
             tensors = tensors || v->dict_value(k)->kind == ValueKind::tensor;
         }
-        if (tensors && !keys.empty() && carries(keys)) out.push_back({std::string(root->dict_key(i)->s()), v});
+        if (tensors && !keys.empty() && carries(keys)) out.push_back({std::string(root->dict_key(i)->s()), v, std::move(keys)});
     }
     return out;
 }

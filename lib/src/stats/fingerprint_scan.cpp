@@ -134,10 +134,7 @@ static Fingerprint fingerprint_unnamed(const Checkpoint& c, const FingerprintOpt
     }
     if (!o.key_globs.empty() || !o.ignore_globs.empty())
         selected.erase(std::remove_if(selected.begin(), selected.end(),
-                                      [&](const Selected& s) {
-                                          return (!o.key_globs.empty() && !any_glob_matches(o.key_globs, s.key)) ||
-                                                 any_glob_matches(o.ignore_globs, s.key);
-                                      }),
+                                      [&](const Selected& s) { return !key_selected(o.key_globs, o.ignore_globs, s.key); }),
                        selected.end());
 
     // Which tensors can be read: record present, long enough, view inside it.
