@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= 2
 PY := /usr/bin/python3
-DEBS := cmake g++ make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch libxxhash-dev libtorch-dev help2man groff-base
+DEBS := cmake g++ make zlib1g-dev libbz2-dev liblzma-dev liblz4-dev libzstd-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2 python3-torch python3-joblib libxxhash-dev libtorch-dev help2man groff-base
 
 .PHONY: all deps build test test-torch2 test-torch2-ci torch2-root demo bench bench-detail bench-many clean sanitize sanitize-deps fuzz fuzz-quick fuzz-deps fuzz-build
 
@@ -122,7 +122,7 @@ sanitize: sanitize-deps
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= zip pickle safetensors legacy json scan
-FUZZ_DEBS := clang libclang-rt-14-dev llvm cmake make zlib1g-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libxxhash-dev
+FUZZ_DEBS := clang libclang-rt-14-dev llvm cmake make zlib1g-dev libbz2-dev liblzma-dev liblz4-dev libzstd-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libxxhash-dev
 
 fuzz-deps:
 	$(call install_missing,$(FUZZ_DEBS))

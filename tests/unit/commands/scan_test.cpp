@@ -5,7 +5,7 @@
 
 #include "ckpt/error.hpp"
 #include "ckpt/scan.hpp"
-#include "commands/scan_hooks.hpp"
+#include "scan/scan_hooks.hpp"
 #include "support/builders.hpp"
 
 using namespace ckpt;
@@ -97,7 +97,7 @@ TEST_CASE("scan: .npy data is a pickle only for an object dtype") {
     CHECK(ints.pickles.empty());
 }
 
-TEST_CASE("scan: zip members torch reads through its quirks, and encrypted ones noted") {
+TEST_CASE("scan: zip members torch reads through its quirks; what is encrypted is never clean") {
     std::string z = ZipBuilder().add("data.pkl", os_system()).build();
     // The encryption bit on a plain member (local header at 0, central directory record after the data).
     std::string flagged = z;
@@ -120,9 +120,23 @@ TEST_CASE("scan: zip members torch reads through its quirks, and encrypted ones 
     size_t local_plain = 22, central_plain = cd + 24;
     enc[local_plain] = 3;
     enc[central_plain] = 3;
-    ScanReport r = scan(enc);
-    CHECK(r.clean());
-    CHECK(noted(r, "encrypted_member"));
+    // Nothing readable at all: no loader reads it without the password, and neither can scan.
+    CHECK_THROWS_AS(scan(enc), Error);
+    // Beside a plain member, the encrypted one is a finding: what it holds is not seen.
+    ZipBuilder mixed;
+    mixed.add("config.json", "{}");
+    mixed.add("secret.pkl", std::string(12, '\x55') + "abc");
+    std::string m = mixed.build();
+    size_t lh = m.find("PK\x03\x04", 1), ch = m.rfind("PK\x01\x02");
+    m[lh + 6] |= 1;
+    m[ch + 8] |= 1;
+    m[lh + 22] = 3;
+    m[ch + 24] = 3;
+    ScanReport r = scan(m);
+    REQUIRE(r.findings.size() == 1);
+    CHECK(r.findings[0].kind == "opaque_wrapper");
+    CHECK(r.findings[0].severity == GlobalClass::unknown);
+    CHECK(r.findings[0].message.find("'secret.pkl' is encrypted") != std::string::npos);
 }
 
 TEST_CASE("scan: findings of one kind on one global come once, counted") {

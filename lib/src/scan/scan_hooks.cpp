@@ -1,4 +1,4 @@
-#include "commands/scan_hooks.hpp"
+#include "scan/scan_hooks.hpp"
 #include "base/text_util.hpp"
 
 #include <zlib.h>
@@ -202,7 +202,7 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     m_decode_budget -= out.size();
     made->kind = ValueKind::bytes;
     made->set_s(m_arena.own(out));
-    if (ops::proto_start({reinterpret_cast<const uint8_t*>(made->s().data()), made->s().size()}))
+    if (nested_candidate({reinterpret_cast<const uint8_t*>(made->s().data()), made->s().size()}))
         nested.push_back({{reinterpret_cast<const uint8_t*>(made->s().data()), made->s().size()}, made->offset,
                           "bytes decoded by " + fn, false});
     return true;

@@ -1,4 +1,4 @@
-#include "commands/pickle_scan.hpp"
+#include "scan/pickle_scan.hpp"
 
 #include <algorithm>
 #include <map>
@@ -9,7 +9,7 @@
 #include "ckpt/value.hpp"
 #include "pickle/pickle_ops.hpp"
 #include "pickle/pickle_text.hpp"
-#include "commands/scan_hooks.hpp"
+#include "scan/scan_hooks.hpp"
 
 namespace ckpt {
 
@@ -220,12 +220,13 @@ uint64_t references(const Value* root) {
 
 }  // namespace
 
-PickleScanner::Result PickleScanner::scan(ByteView data, uint64_t base, const std::string& record, bool tentative) {
-    return scan_nested(data, base, record, tentative, 0);
+PickleScanner::Result PickleScanner::scan(ByteView data, uint64_t base, const std::string& record, bool tentative,
+                                          const RootVisitor& on_root, int depth) {
+    return scan_nested(data, base, record, tentative, depth, on_root);
 }
 
 PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, const std::string& record,
-                                                 bool tentative, int depth) {
+                                                 bool tentative, int depth, const RootVisitor& on_root) {
     Result out;
     size_t at = m_r.pickles.size();
     m_r.pickles.push_back({record, base, data.size, 0});
@@ -268,6 +269,8 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         (void)fresh;
     };
     for (const SeenGlobal& g : hooks.globals) add_name(g.module, g.name, g.offset, g.opcode);
+    out.imports = hooks.globals.size() + hooks.events.size();
+    if (root && on_root) on_root(root);
 
     // The disassembly: structure, and what lies past a fault.
     Walk lin;
@@ -313,7 +316,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         }
         if (depth >= k_max_nesting) return;
         ByteView payload{data.data + o.arg, o.end - o.arg};
-        if (bytes_opcode(o.op) && proto_start(payload)) hooks.nested.push_back({payload, off, "bytes", false});
+        if (bytes_opcode(o.op) && nested_candidate(payload)) hooks.nested.push_back({payload, off, "bytes", false});
         std::string decoded;
         if (text_opcode(o.op) && text_pickle(payload.as_chars(), decoded)) {
             std::string_view kept = arena.own(decoded);
@@ -402,9 +405,16 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     for (const NestedBytes& n : hooks.nested) {
         if (depth >= k_max_nesting || !m_nested_seen.insert({record, n.offset, n.bytes.size}).second) continue;
         std::string where = record + " > " + n.why + " at " + at_byte(n.offset);
+        // Bytes handed to a loader are read as that loader reads a file (a zip, a legacy stream, a
+        // pickle), and so are bytes that hold an archive; bytes that only look like a pickle are
+        // judged by what they import, and a fault in them is a note.
+        bool archive = n.bytes.size >= 4 && n.bytes.data[0] == 'P' && n.bytes.data[1] == 'K';
+        if (m_blob && (n.surely || archive)) {
+            note("nested_pickle", where, n.offset, n.why + (archive ? " that hold an archive (scanned as well)" : " (scanned as a file of their own)"));
+            m_blob(n.bytes, n.offset, where, n.surely, depth + 1);
+            continue;
+        }
         note("nested_pickle", where, n.offset, n.why + " that is itself a pickle (scanned as well)");
-        // Bytes handed to a loader are a pickle whatever they hold; bytes that only look like one
-        // are judged by what they import, and a fault in them is a note.
         scan_nested(n.bytes, n.offset, where, !n.surely, depth + 1);
     }
     return out;

@@ -11,6 +11,7 @@
 #include "pickle/bound_methods.hpp"
 #include "ckpt/bytes.hpp"
 #include "pickle/pickle.hpp"
+#include "pickle/pickle_ops.hpp"
 #include "ckpt/value.hpp"
 
 namespace ckpt {
@@ -69,6 +70,12 @@ private:
     // thousand calls of zlib.decompress are not a way to make the scan take memory and minutes.
     uint64_t m_decode_budget = 256u << 20;
 };
+
+// Bytes worth scanning on their own: a pickle's start (PROTO) or a zip's (a torch.save archive held as
+// bytes, as io.BytesIO states and DCP's byte items hold them).
+inline bool nested_candidate(ByteView b) {
+    return pickle_ops::proto_start(b, 0) || (b.size >= 4 && b.data[0] == 'P' && b.data[1] == 'K' && b.data[2] == 3 && b.data[3] == 4);
+}
 
 // Is `v` a global the hooks made up for a name computed at load time?
 inline bool computed_placeholder(const Value* v) { return v && v->kind == ValueKind::global && v->s().empty(); }

@@ -1,0 +1,264 @@
+#include "io/decompress.hpp"
+
+#include <bzlib.h>
+#include <lz4frame.h>
+#include <lzma.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckpt {
+
+namespace {
+
+bool starts(ByteView b, std::initializer_list<uint8_t> magic) {
+    if (b.size < magic.size()) return false;
+    size_t i = 0;
+    for (uint8_t m : magic)
+        if (b.data[i++] != m) return false;
+    return true;
+}
+
+// joblib's old compressed files: "ZF", the uncompressed length as hex in 19 characters padded with
+// spaces (numpy_pickle_compat.py, _MAX_LEN), sometimes one more space, then a zlib stream.
+constexpr uint64_t k_zfile_header = 2 + 19;
+
+bool zfile_header(ByteView b) {
+    if (b.size < k_zfile_header + 2 || b.data[0] != 'Z' || b.data[1] != 'F') return false;
+    bool digit = false;
+    for (uint64_t i = 2; i < k_zfile_header; ++i) {
+        char c = static_cast<char>(b.data[i]);
+        bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == 'x' || c == 'X';
+        if (!hex && c != ' ' && c != '_') return false;
+        digit |= hex;
+    }
+    return digit;
+}
+
+// The output: grown as the decoder asks, never past the cap.
+class Sink {
+public:
+    explicit Sink(uint64_t cap) : m_cap(cap) {}
+    // Room for the decoder's next call: where to write and how much (0 when the cap is reached).
+    uint8_t* room(uint64_t& n) {
+        if (m_out.size() - m_used < (64u << 10)) {
+            uint64_t grow = std::max<uint64_t>(m_out.size(), 256u << 10);
+            m_out.resize(std::min<uint64_t>(m_out.size() + grow, m_cap));
+        }
+        n = m_out.size() - m_used;
+        return m_out.data() + m_used;
+    }
+    void wrote(uint64_t n) { m_used += n; }
+    bool full() const { return m_used >= m_cap; }
+    Decompressed finish(bool complete, std::string problem) {
+        Decompressed d;
+        m_out.resize(m_used);
+        d.bytes = std::move(m_out);
+        d.capped = full() && !complete;
+        d.complete = complete;
+        d.problem = complete ? "" : d.capped ? "more than " + std::to_string(m_cap) + " bytes once decompressed" : std::move(problem);
+        return d;
+    }
+
+private:
+    std::vector<uint8_t> m_out;
+    uint64_t m_used = 0, m_cap;
+};
+
+// zlib (windowBits 15) and gzip (31). gzip members follow each other, as Python's gzip module reads
+// them, with NUL padding skipped between them; bytes after the last one that are no member end it.
+Decompressed inflate_all(ByteView in, int window_bits, bool members, uint64_t cap) {
+    Sink out(cap);
+    uint64_t at = 0;
+    std::string problem;
+    bool complete = false;
+    while (true) {
+        z_stream zs{};
+        if (inflateInit2(&zs, window_bits) != Z_OK) return out.finish(false, "cannot start zlib");
+        int rc = Z_OK;
+        while (rc == Z_OK && !out.full()) {
+            uint64_t n;
+            uint8_t* dst = out.room(n);
+            zs.next_in = const_cast<Bytef*>(in.data + at);
+            zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in.size - at, 1u << 30));
+            zs.next_out = dst;
+            zs.avail_out = static_cast<uInt>(std::min<uint64_t>(n, 1u << 30));
+            uInt before_in = zs.avail_in, before_out = zs.avail_out;
+            rc = inflate(&zs, Z_NO_FLUSH);
+            at += before_in - zs.avail_in;
+            out.wrote(before_out - zs.avail_out);
+            if (rc == Z_OK && before_in == zs.avail_in && before_out == zs.avail_out) rc = Z_BUF_ERROR;
+        }
+        inflateEnd(&zs);
+        if (rc != Z_STREAM_END) {
+            problem = out.full() ? "" : rc == Z_BUF_ERROR ? "the compressed data ends early" : "the compressed data is broken";
+            break;
+        }
+        complete = true;
+        if (!members) break;
+        while (at < in.size && in.data[at] == 0) ++at;
+        if (at >= in.size || !starts({in.data + at, in.size - at}, {0x1f, 0x8b})) break;
+        complete = false;
+    }
+    return out.finish(complete, problem);
+}
+
+Decompressed bunzip(ByteView in, uint64_t cap) {
+    Sink out(cap);
+    uint64_t at = 0;
+    bool complete = false;
+    std::string problem;
+    while (at < in.size && starts({in.data + at, in.size - at}, {'B', 'Z', 'h'})) {
+        bz_stream bz{};
+        if (BZ2_bzDecompressInit(&bz, 0, 0) != BZ_OK) return out.finish(false, "cannot start bzip2");
+        int rc = BZ_OK;
+        while (rc == BZ_OK && !out.full()) {
+            uint64_t n;
+            uint8_t* dst = out.room(n);
+            bz.next_in = reinterpret_cast<char*>(const_cast<uint8_t*>(in.data + at));
+            bz.avail_in = static_cast<unsigned>(std::min<uint64_t>(in.size - at, 1u << 30));
+            bz.next_out = reinterpret_cast<char*>(dst);
+            bz.avail_out = static_cast<unsigned>(std::min<uint64_t>(n, 1u << 30));
+            unsigned before_in = bz.avail_in, before_out = bz.avail_out;
+            rc = BZ2_bzDecompress(&bz);
+            at += before_in - bz.avail_in;
+            out.wrote(before_out - bz.avail_out);
+            if (rc == BZ_OK && before_in == bz.avail_in && before_out == bz.avail_out) rc = BZ_UNEXPECTED_EOF;
+        }
+        BZ2_bzDecompressEnd(&bz);
+        complete = rc == BZ_STREAM_END;
+        if (!complete) {
+            problem = rc == BZ_UNEXPECTED_EOF ? "the compressed data ends early" : "the compressed data is broken";
+            break;
+        }
+    }
+    return out.finish(complete, problem);
+}
+
+Decompressed unxz(ByteView in, bool alone, uint64_t cap) {
+    Sink out(cap);
+    lzma_stream xz = LZMA_STREAM_INIT;
+    lzma_ret rc = alone ? lzma_alone_decoder(&xz, UINT64_MAX) : lzma_stream_decoder(&xz, UINT64_MAX, LZMA_CONCATENATED);
+    if (rc != LZMA_OK) return out.finish(false, "cannot start lzma");
+    xz.next_in = in.data;
+    xz.avail_in = in.size;
+    lzma_action action = LZMA_RUN;
+    while (rc == LZMA_OK && !out.full()) {
+        uint64_t n;
+        xz.next_out = out.room(n);
+        xz.avail_out = n;
+        if (xz.avail_in == 0) action = LZMA_FINISH;
+        rc = lzma_code(&xz, action);
+        out.wrote(n - xz.avail_out);
+    }
+    lzma_end(&xz);
+    return out.finish(rc == LZMA_STREAM_END, rc == LZMA_BUF_ERROR ? "the compressed data ends early" : "the compressed data is broken");
+}
+
+Decompressed unlz4(ByteView in, uint64_t cap) {
+    Sink out(cap);
+    LZ4F_dctx* ctx = nullptr;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&ctx, LZ4F_VERSION))) return out.finish(false, "cannot start lz4");
+    uint64_t at = 0;
+    size_t hint = 1;
+    std::string problem;
+    while (at < in.size && !out.full()) {
+        uint64_t n;
+        uint8_t* dst = out.room(n);
+        size_t dst_size = n, src_size = in.size - at;
+        hint = LZ4F_decompress(ctx, dst, &dst_size, in.data + at, &src_size, nullptr);
+        if (LZ4F_isError(hint)) {
+            problem = std::string("the compressed data is broken (") + LZ4F_getErrorName(hint) + ")";
+            break;
+        }
+        at += src_size;
+        out.wrote(dst_size);
+        if (hint == 0 && (at >= in.size || !starts({in.data + at, in.size - at}, {0x04, 0x22, 0x4d, 0x18}))) break;
+        if (src_size == 0 && dst_size == 0) break;
+    }
+    LZ4F_freeDecompressionContext(ctx);
+    if (problem.empty() && hint != 0) problem = "the compressed data ends early";
+    return out.finish(problem.empty() && hint == 0, problem);
+}
+
+Decompressed unzstd(ByteView in, uint64_t cap) {
+    Sink out(cap);
+    ZSTD_DStream* ds = ZSTD_createDStream();
+    if (!ds) return out.finish(false, "cannot start zstd");
+    ZSTD_initDStream(ds);
+    ZSTD_inBuffer src{in.data, in.size, 0};
+    size_t rc = 1;
+    std::string problem;
+    while (src.pos < src.size && !out.full()) {
+        uint64_t n;
+        ZSTD_outBuffer dst{out.room(n), n, 0};
+        rc = ZSTD_decompressStream(ds, &dst, &src);
+        out.wrote(dst.pos);
+        if (ZSTD_isError(rc)) {
+            problem = std::string("the compressed data is broken (") + ZSTD_getErrorName(rc) + ")";
+            break;
+        }
+        if (dst.pos == 0 && rc != 0 && src.pos == src.size) break;
+    }
+    ZSTD_freeDStream(ds);
+    if (problem.empty() && rc != 0) problem = "the compressed data ends early";
+    return out.finish(problem.empty() && rc == 0, problem);
+}
+
+}  // namespace
+
+Wrapper sniff_wrapper(ByteView b) {
+    if (starts(b, {0x1f, 0x8b, 0x08})) return Wrapper::gzip;
+    if (b.size >= 2 && b.data[0] == 0x78 && ((0x78u << 8) | b.data[1]) % 31 == 0) return Wrapper::zlib;
+    if (b.size >= 4 && starts(b, {'B', 'Z', 'h'}) && b.data[3] >= '1' && b.data[3] <= '9') return Wrapper::bz2;
+    if (starts(b, {0xfd, '7', 'z', 'X', 'Z', 0x00})) return Wrapper::xz;
+    if (starts(b, {0x5d, 0x00, 0x00})) return Wrapper::lzma;
+    if (starts(b, {0x04, 0x22, 0x4d, 0x18})) return Wrapper::lz4;
+    if (starts(b, {0x28, 0xb5, 0x2f, 0xfd})) return Wrapper::zstd;
+    if (zfile_header(b)) return Wrapper::joblib_zfile;
+    if (starts(b, {'7', 'z', 0xbc, 0xaf, 0x27, 0x1c})) return Wrapper::sevenzip;
+    if (starts(b, {'R', 'a', 'r', '!', 0x1a, 0x07})) return Wrapper::rar;
+    return Wrapper::none;
+}
+
+const char* wrapper_name(Wrapper w) {
+    switch (w) {
+        case Wrapper::none: return "none";
+        case Wrapper::gzip: return "gzip";
+        case Wrapper::zlib: return "zlib";
+        case Wrapper::bz2: return "bzip2";
+        case Wrapper::xz: return "xz";
+        case Wrapper::lzma: return "lzma";
+        case Wrapper::lz4: return "lz4";
+        case Wrapper::zstd: return "zstd";
+        case Wrapper::joblib_zfile: return "joblib-zf";
+        case Wrapper::sevenzip: return "7z";
+        case Wrapper::rar: return "rar";
+    }
+    return "none";
+}
+
+Decompressed decompress(Wrapper w, ByteView in, uint64_t max_out) {
+    switch (w) {
+        case Wrapper::gzip: return inflate_all(in, 16 + MAX_WBITS, true, max_out);
+        case Wrapper::zlib: return inflate_all(in, MAX_WBITS, false, max_out);
+        case Wrapper::joblib_zfile: {
+            uint64_t at = k_zfile_header;
+            if (at < in.size && in.data[at] == ' ') ++at;  // joblib <= 0.8.4 wrote one more
+            return inflate_all({in.data + at, in.size - at}, MAX_WBITS, false, max_out);
+        }
+        case Wrapper::bz2: return bunzip(in, max_out);
+        case Wrapper::xz: return unxz(in, false, max_out);
+        case Wrapper::lzma: return unxz(in, true, max_out);
+        case Wrapper::lz4: return unlz4(in, max_out);
+        case Wrapper::zstd: return unzstd(in, max_out);
+        case Wrapper::none: case Wrapper::sevenzip: case Wrapper::rar: break;
+    }
+    Decompressed d;
+    d.problem = std::string(wrapper_name(w)) + " is not opened here";
+    return d;
+}
+
+}  // namespace ckpt
