@@ -58,6 +58,9 @@ struct ConvertReport {
     std::vector<std::pair<std::string, std::string>> deduplicated;  // alias, kept
     std::vector<std::string> skipped;                            // non-tensor values of the state dict
     std::vector<std::string> dropped;                            // top-level keys left out (all but a whole pth → pth)
+    // Globals of the input off the allow-lists (unknown or dangerous, as scan judges them) that the
+    // output, a state dict alone, no longer names: "__main__.Config (unknown)".
+    std::vector<std::string> globals_dropped;
     std::vector<std::string> metadata_dropped;                   // safetensors → pth: __metadata__ keys (not aliases, not "format")
     std::vector<std::pair<std::string, std::string>> renamed;    // rename: written name, the input's
     size_t made_contiguous = 0;

@@ -9,6 +9,8 @@
 //     reader takes them (by the central directory, general-purpose flags and CRCs ignored, a local
 //     header name that differs tolerated); a member is a pickle by its name (.pkl) or its bytes;
 //   - .npy (and .npz members) with object arrays, whose data is a pickle;
+//   - a tar as torch.load tries it first (its storages, tensors and pickle), and pickles inside
+//     gzip, zlib, bz2, xz, lzma, lz4, zstd and joblib's ZF wrappers;
 //   - pickles nested in the scanned ones: bytes values that are pickles, hex or base64 text that
 //     decodes to one, and whatever a pickle-loading call (pickle.loads, torch's _load_from_bytes …)
 //     is handed, also after a decoding call (base64, binascii, codecs) the pickle makes itself.
@@ -98,6 +100,19 @@ struct ScanOptions {
 ScanReport scan_file(const std::string& path, const ScanOptions& options = {});
 // The same on bytes in memory (the fuzzer's entry); `name` stands for the file in the report.
 ScanReport scan_bytes(ByteView bytes, const std::string& name, const ScanOptions& options = {});
+// `scan -`: what reaches standard input (`curl … | ckpt-tool scan -`), spooled to an unnamed temporary
+// file first; the report names it "-".
+ScanReport scan_stdin(const ScanOptions& options = {});
+
+// `scan DIR`: every regular file under a folder (a DeepSpeed save, a DCP folder with its .metadata,
+// an HF index with its shards, anything else), in name order; symbolic links are not followed.
+// A file no loader reads as anything (a README, a JSON config) is skipped, and said.
+struct FolderScan {
+    std::vector<ScanReport> reports;
+    std::vector<std::pair<std::string, std::string>> errors;   // file, message: could not be scanned
+    std::vector<std::pair<std::string, std::string>> skipped;  // file, why: no loader reads it
+};
+FolderScan scan_folder(const std::string& dir, const ScanOptions& options = {});
 
 // `strict` is scan --strict, kept for scripts: its meaning (unknown globals fail) is the default now.
 nlohmann::json to_json(const std::vector<ScanReport>& reports, bool strict);

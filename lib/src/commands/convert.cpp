@@ -195,6 +195,8 @@ static ConvertReport convert_unnamed(const ConvertRequest& rq) {
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
     r.dropped = others;
+    for (const GlobalRef& g : c->globals())
+        if (global_is_finding(g.cls)) r.globals_dropped.push_back(g.full_name() + " (" + global_class_name(g.cls) + ")");
     if (r.format == "pth") {
         write_state_dict_pth(*c, rq, r);
         return r;
@@ -233,6 +235,7 @@ nlohmann::json to_json(const ConvertReport& r) {
     j["deduplicated"] = std::move(d);
     j["skipped"] = r.skipped;
     j["dropped"] = r.dropped;
+    j["globals_dropped"] = r.globals_dropped;
     j["metadata_dropped"] = r.metadata_dropped;
     j["made_contiguous"] = r.made_contiguous;
     j["cast"] = r.cast;
@@ -259,6 +262,11 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
     if (!r.dropped.empty()) {
         out << "  " << paint("33", "dropped") << " (only the state dict is written):";
         for (const auto& d : r.dropped) out << " " << d;
+        out << "\n";
+    }
+    if (!r.globals_dropped.empty()) {
+        out << "  " << paint("33", "not carried") << " (the input's globals off the allow-lists; the output names none of them):";
+        for (const auto& g : r.globals_dropped) out << " " << g;
         out << "\n";
     }
     if (!r.metadata_dropped.empty()) {

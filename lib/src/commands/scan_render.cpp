@@ -55,6 +55,8 @@ constexpr KindText k_kinds[] = {
      "A member torch.load's tar reading extracts is a link or a device: it unpickles a file outside the archive."},
     {"opaque_wrapper", "content not seen",
      "An archive, an encrypted member or compressed data that is not opened: what it holds is not seen."},
+    {"external_file", "array loaded from another file",
+     "joblib's NDArrayWrapper loads its array from a file beside the pickle with numpy.load(allow_pickle=True)."},
     {"torchscript_op", "TorchScript code that reaches files, processes or memory",
      "TorchScript code torch.jit.load runs calls an operator that writes files, talks to other processes or reads raw memory."},
     {"hidden_entry", "bytes before the zip's first entry",

@@ -95,7 +95,7 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c, const s
             out.push_back(std::move(a));
             continue;
         }
-        std::vector<std::string> safe_globals;
+        std::vector<std::string> safe_globals, dangerous;
         bool imports = false, opcodes = false;
         if (c.format() == Format::torchscript) {  // torch.load hands it to torch.jit.load, or refuses it: its pickles do not matter
             if (!r.torchscript)
@@ -104,6 +104,9 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c, const s
                                           " refuses it with weights_only=True (torch.jit.load reads it, and runs its code)", 0});
             a.loads = a.blockers.empty();
             if (!a.loads) a.fix = "torch.jit.load reads it (a TorchScript module runs its own code: trust it first)";
+            else
+                a.fix = "torch " + std::string(r.name) + " (every torch up to 2.5.1) hands it to torch.jit.load even with "
+                        "weights_only=True, which runs its code (CVE-2025-32434): weights_only does not protect here";
             out.push_back(std::move(a));
             continue;
         }
@@ -144,10 +147,18 @@ std::vector<WeightsOnlyAnswer> weights_only_answers(const Checkpoint& c, const s
             }
             a.blockers.push_back({"global", full, full + " is not on torch " + std::string(r.name) + "'s weights-only allow-list (at byte " +
                                                       std::to_string(g.first_offset) + " of " + g.record + ")", g.first_offset});
-            safe_globals.push_back(full);
+            (g.cls == GlobalClass::dangerous ? dangerous : safe_globals).push_back(full);
         }
         a.loads = a.blockers.empty();
-        if (!a.loads) {
+        if (!a.loads && !dangerous.empty()) {
+            // Code the pickle would run: no allow-list entry, no loader setting and no conversion of
+            // this file is advice to give; the advice is not to load it.
+            std::string list;
+            for (size_t i = 0; i < dangerous.size() && i < 4; ++i) list += (i ? ", " : "") + dangerous[i];
+            if (dangerous.size() > 4) list += ", …";
+            a.fix = "do not load this file: it names " + list + ", which " + (dangerous.size() == 1 ? "runs" : "run") +
+                    " code or reaches the system when unpickled ('ckpt-tool scan' says why); no torch.load setting makes that safe";
+        } else if (!a.loads) {
             std::vector<std::string> fixes;
             if (!safe_globals.empty() && std::string_view(r.name) == "2.6") {
                 std::string list;
@@ -186,7 +197,13 @@ void render_weights_only(const std::vector<WeightsOnlyAnswer>& answers, std::ost
     for (size_t i = 0; i < answers.size(); ++i) {
         const WeightsOnlyAnswer& a = answers[i];
         out << (i ? ";" : "") << " torch " << a.torch << " " << (a.loads ? paint("32", "loads it") : paint("31", "refuses it"));
-        if (a.loads) continue;
+        if (a.loads) {
+            if (!a.fix.empty()) {  // it loads, and there is something to know (a TorchScript archive's code runs)
+                out << " " << paint("31", "and runs its code");
+                if (fix.empty()) fix = a.fix;
+            }
+            continue;
+        }
         out << " (";
         for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << a.blockers[k].name;
         if (a.blockers.size() > 4) out << ", … " << a.blockers.size() - 4 << " more";

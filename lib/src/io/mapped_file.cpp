@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace ckpt {
 
@@ -33,6 +35,16 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
         ::close(fd);
         throw Error(ErrorKind::io, path, "is not a regular file");
     }
+    map(fd);
+}
+
+void MappedFile::map(int fd) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int err = errno;
+        ::close(fd);
+        io_fail(m_path, "cannot stat", err);
+    }
     m_size = static_cast<uint64_t>(st.st_size);
     if (m_size > 0) {
         m_data = ::mmap(nullptr, m_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -40,10 +52,42 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
             int err = errno;
             m_data = nullptr;
             ::close(fd);
-            io_fail(path, "cannot map", err);
+            io_fail(m_path, "cannot map", err);
         }
     }
     m_fd = fd;
+}
+
+std::unique_ptr<MappedFile> MappedFile::spool(int in, const std::string& name) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string where = dir && *dir ? dir : "/tmp";
+    int fd = ::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) io_fail(name, "cannot make a temporary file in " + where + " to hold it", errno);
+    std::vector<char> buf(1u << 20);
+    while (true) {
+        ssize_t n = ::read(in, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int err = errno;
+            ::close(fd);
+            io_fail(name, "cannot read", err);
+        }
+        if (n == 0) break;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = ::write(fd, buf.data() + done, static_cast<size_t>(n - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                int err = errno;
+                ::close(fd);
+                io_fail(name, "cannot spool it to " + where, err);
+            }
+            done += w;
+        }
+    }
+    std::unique_ptr<MappedFile> f(new MappedFile());
+    f->m_path = name;
+    f->map(fd);
+    return f;
 }
 
 void MappedFile::release(ByteView v) const {

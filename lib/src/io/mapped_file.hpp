@@ -2,6 +2,7 @@
 // `inspect` touches the zip directory and data.pkl, nothing else.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "ckpt/bytes.hpp"
@@ -12,6 +13,10 @@ class MappedFile {
 public:
     // Throws Error(io) when the file cannot be opened or mapped, naming the path.
     explicit MappedFile(const std::string& path);
+    // A pipe or any other stream (standard input: `-`), copied to a temporary file of $TMPDIR (or
+    // /tmp) that no name points to, then mapped: readers see a file like any other. `name` stands
+    // for it in errors. Throws Error(io) naming `name` when it cannot be read or spooled.
+    static std::unique_ptr<MappedFile> spool(int fd, const std::string& name);
     ~MappedFile();
     MappedFile(const MappedFile&) = delete;
     MappedFile& operator=(const MappedFile&) = delete;
@@ -30,6 +35,8 @@ public:
     void advise_sequential(ByteView view) const;
 
 private:
+    MappedFile() = default;
+    void map(int fd);
     std::string m_path;
     int m_fd = -1;
     void* m_data = nullptr;

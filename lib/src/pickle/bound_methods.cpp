@@ -21,9 +21,29 @@ bool torch_class_instance(const Value* v) {
 bool reviewed_enum(const Value* v) {
     if (v->kind != ValueKind::global) return false;
     std::string_view m = v->s(), n = v->s2;
-    return (m == "deepspeed.runtime.zero.config" && n == "ZeroStageEnum") ||
-           (m == "torch.distributed.checkpoint.metadata" && n == "_MEM_FORMAT_ENCODING") ||
-           (m == "torch.distributed._shard.sharded_tensor.metadata" && n == "MEM_FORMAT_ENCODING");
+    static constexpr std::pair<std::string_view, std::string_view> k_enums[] = {
+        {"deepspeed.runtime.zero.config", "ZeroStageEnum"},
+        {"megatron.core.enums", "Fp4Recipe"},
+        {"megatron.core.enums", "Fp8Recipe"},
+        {"megatron.core.enums", "ModelType"},
+        {"megatron.core.transformer.enums", "AttnBackend"},
+        {"megatron.core.transformer.enums", "AttnMaskType"},
+        {"megatron.core.transformer.enums", "AttnType"},
+        {"megatron.core.transformer.enums", "CudaGraphModule"},
+        {"megatron.core.transformer.enums", "CudaGraphScope"},
+        {"megatron.core.transformer.enums", "InferenceCudaGraphScope"},
+        {"megatron.core.transformer.enums", "LayerType"},
+        {"megatron.core.transformer.enums", "ModelType"},
+        {"signal", "Signals"},
+        {"torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"},
+        {"torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"},
+        {"torch.distributed.checkpoint.planner", "LoadItemType"},
+        {"torch.distributed.checkpoint.planner", "WriteItemType"},
+        {"transformer_engine.common.recipe", "Format"},
+    };
+    for (const auto& [em, en] : k_enums)
+        if (m == em && n == en) return true;
+    return false;
 }
 
 // A plain attribute name: no dunder, nothing but an identifier.

@@ -11,6 +11,7 @@
 #include "pickle/pickle_text.hpp"
 #include "ckpt/globals.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
 
@@ -266,6 +267,8 @@ private:
     uint64_t m_op_pos = 0;                // m_op_offset within the pickle
     uint8_t m_op = 0;                     // the opcode being run
     uint64_t m_done = 0;                  // opcodes completed (PickleProgress)
+    uint64_t m_frame_end = 0;             // where the last FRAME's bytes end
+    uint64_t m_skip_at = UINT64_MAX, m_skip_len = 0;  // inline bytes to step over (PickleHooks::inline_data)
     PickleTrace* m_trace;
     ByteView m_data;
     bool m_ran[256] = {};  // opcodes run so far (PickleResult::first_opcodes)
@@ -295,6 +298,13 @@ PickleResult Machine::run() {
             (*m_reading)(m_op_pos);
             m_next_report = m_op_pos + k_report_step;
         }
+        if (m_skip_at != UINT64_MAX && m_op_pos >= m_skip_at) {  // inline bytes a loader reads (inline_data)
+            if (m_op_pos > m_skip_at) fail("an opcode runs into the bytes its loader reads after a frame");
+            m_in.seek(m_skip_at + std::min(m_skip_len, m_data.size - m_skip_at));
+            m_skip_at = UINT64_MAX;
+            m_op_offset = m_in.file_offset();
+            m_op_pos = m_in.pos();
+        }
         if (m_in.at_end()) fail("ends without a STOP opcode (truncated?)");
         uint8_t op = m_op = m_in.u8();
         if (!m_ran[op]) {
@@ -306,6 +316,7 @@ PickleResult Machine::run() {
             case 0x95: {  // FRAME: the next N bytes must be there (Modules/_pickle.c reads them ahead)
                 uint64_t n = m_in.u64le();
                 if (n > m_in.remaining()) fail("FRAME of " + std::to_string(n) + " bytes runs past the end of the data");
+                m_frame_end = m_in.pos() + n;
                 if (m_trace) m_trace->frames.push_back(m_op_pos);
                 break;
             }
@@ -515,6 +526,13 @@ PickleResult Machine::run() {
                     set_items(target->state, state->entries());
                 } else {
                     target->state = state;
+                }
+                if (target->kind == ValueKind::object && m_skip_at == UINT64_MAX) {
+                    uint64_t at = std::max(m_in.pos(), m_frame_end);
+                    if (uint64_t n = m_hooks.inline_data(target, at)) {
+                        m_skip_at = at;
+                        m_skip_len = n;
+                    }
                 }
                 break;
             }

@@ -47,6 +47,12 @@ public:
     // BUILD, SETITEM(S), APPEND(S) or ADDITEMS (`opcode`) on a global or an opaque object, which a
     // real unpickler does through the target's own methods (__setstate__, __setitem__, append …).
     virtual void mutate(Value* target, uint8_t opcode, uint64_t offset) { (void)target, (void)opcode, (void)offset; }
+    // After BUILD of an object: bytes its loader reads from the stream itself, past the unpickler,
+    // starting at `at` (an offset in the data: where the BUILD ends, or the end of the FRAME it sits
+    // in, as a Python unpickler's file reads go past the frame it buffered). joblib's
+    // NumpyArrayWrapper is one: the array's raw bytes follow it, or the pickle of an object array.
+    // Returns how many bytes the VM steps over there (0: none, the default).
+    virtual uint64_t inline_data(Value* target, uint64_t at) { (void)target, (void)at; return 0; }
 };
 
 // Where things came from in the pickle's bytes, for writers that patch a pickle instead of

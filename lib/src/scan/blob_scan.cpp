@@ -62,6 +62,56 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
     return out;
 }
 
+// Walks what torch.save's data.pkl built for `*_extra_state` keys that hold a tensor of a typed storage
+// (torch._utils._rebuild_tensor_v2(('storage', cls, key, location, numel), offset, size, stride, …),
+// perhaps inside _rebuild_parameter).
+std::vector<ExtraState> extra_states(const Value* root) {
+    std::vector<ExtraState> out;
+    std::vector<const Value*> work{root};
+    std::set<const Value*> seen{root};
+    auto callee = [](const Value* v) -> std::string_view {
+        const Value* c = v ? v->callable() : nullptr;
+        return c && c->kind == ValueKind::global && c->s() == "torch._utils" ? c->s2 : std::string_view();
+    };
+    while (!work.empty() && seen.size() < (1u << 22)) {
+        const Value* v = work.back();
+        work.pop_back();
+        ValueSpan e = v->entries();
+        for (size_t i = 0; i + 1 < e.size(); i += 2) {
+            const Value* t = e[i + 1];
+            if (e[i]->kind != ValueKind::string || !ends_with(e[i]->s(), "_extra_state")) continue;
+            if (callee(t) == "_rebuild_parameter" && t->args() && !t->args()->items().empty()) t = t->args()->items()[0];
+            std::string_view fn = callee(t);
+            ValueSpan a = t->args() ? t->args()->items() : ValueSpan();
+            if ((fn != "_rebuild_tensor_v2" && fn != "_rebuild_tensor") || a.size() < 3 || a[0]->kind != ValueKind::tuple ||
+                a[1]->kind != ValueKind::integer || a[2]->kind != ValueKind::tuple)
+                continue;
+            ValueSpan pid = a[0]->items();
+            if (pid.size() < 3 || pid[1]->kind != ValueKind::global || pid[2]->kind != ValueKind::string) continue;
+            auto dt = dtype_from_storage_class(pid[1]->s2);
+            if (!dt) continue;
+            uint64_t numel = 1;
+            bool ok = a[1]->i() >= 0;
+            for (const Value* d : a[2]->items()) {
+                auto m = d->kind == ValueKind::integer && d->i() >= 0 ? checked_mul(numel, static_cast<uint64_t>(d->i())) : std::nullopt;
+                ok &= m.has_value();
+                numel = m.value_or(0);
+            }
+            auto bytes = checked_mul(numel, dtype_size(*dt));
+            auto off = checked_mul(static_cast<uint64_t>(a[1]->i()), dtype_size(*dt));
+            if (ok && bytes && off && *bytes) out.push_back({std::string(e[i]->s()), std::string(pid[2]->s()), *off, *bytes});
+        }
+        auto visit = [&](const Value* c) {
+            if (c && seen.insert(c).second) work.push_back(c);
+        };
+        for (const Value* c : v->items()) visit(c);
+        for (const Value* c : e) visit(c);
+        visit(v->args());
+        visit(v->state);
+    }
+    return out;
+}
+
 }  // namespace
 
 BlobScanner::BlobScanner(ScanReport& report, const GlobalPolicy& policy)
@@ -199,16 +249,19 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
                                "refuse it, but its data is plain: read as a zip reader that ignores those flags reads it");
             }
             const ZipMember& mm = m.unreadable.empty() ? m : flagged;
-            uint64_t take = is_torch ? mm.size : std::min(mm.comp, mm.size);
-            if (!seen.insert({mm.data, take, mm.method}).second) continue;
             bool storage = torch_archive && starts_with(name, root + "/data/") && !ends_with(name, ".pkl");
             if (storage) {
                 // Raw tensor bytes to torch; numpy.load of the same file would parse one that is an .npy.
-                if (m.method == 0 && npy_start(part(b, m.data, 6))) scan_npy(part(b, m.data, take), {w.base + m.data, w.in_file, name, w.depth}, false);
+                uint64_t take = is_torch ? mm.size : std::min(mm.comp, mm.size);
+                if (m.method == 0 && npy_start(part(b, m.data, 6)) && seen.insert({mm.data, take, 0}).second)
+                    scan_npy(part(b, m.data, take), {w.base + m.data, w.in_file, name, w.depth}, false);
                 continue;
             }
             std::string problem;
             ByteView bytes = member_bytes(b, *z, mm, k_inflate_budget, owned, problem);
+            // The same bytes from both readings are scanned once (they differ where a stored member's
+            // sizes disagree, or a DEFLATE stream runs past the size the directory gives).
+            if (!seen.insert({mm.data, bytes.size, mm.method}).second) continue;
             if (!problem.empty()) m_pickles.note("parse_error", name, w.base + m.local, "member read in part: " + problem);
             if (torchscript && starts_with(name, root + "/code/") && ends_with(name, ".py")) {
                 code.push_back({name, bytes, w.base + (m.method == 0 ? m.data : m.local)});
@@ -222,6 +275,12 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
             bool sure = ends_with(name, ".pkl") || ends_with(name, ".pickle") ||
                         (is_torch && (i == torch_pickle || i == torch_constants));
             Where mw{m.method == 0 ? w.base + m.data : w.base + m.local, w.in_file && m.method == 0, name, w.depth};
+            if (is_torch && i == torch_pickle) {
+                std::vector<ExtraState> extras;
+                scan_pickles(bytes, mw, false, SIZE_MAX, [&](const Value* root) { extras = extra_states(root); });
+                scan_extra_states(b, t, root, extras, w);
+                continue;
+            }
             scan_member(bytes, mw, sure);
         }
     }
@@ -229,6 +288,26 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
     if (top && encrypted_members && encrypted_members == main.members.size())
         throw Error(ErrorKind::unsupported, "",
                     "every member of this zip is encrypted: no loader reads it without the password, and scan cannot see into it");
+}
+
+// The pickles TransformerEngine keeps in tensors' bytes, read where torch.save put those bytes.
+void BlobScanner::scan_extra_states(ByteView b, const ZipReading& t, const std::string& root,
+                                    const std::vector<ExtraState>& extras, const Where& w) {
+    constexpr uint64_t k_max_extra_state = 64u << 20;
+    std::vector<uint8_t> owned;
+    for (const ExtraState& x : extras) {
+        size_t i = torch_find(t, b, root + "/data/" + x.storage);
+        if (i == SIZE_MAX || x.size > k_max_extra_state) continue;
+        const ZipMember& m = t.members[i];
+        std::string problem;
+        ByteView record = member_bytes(b, t, m, k_max_extra_state + x.offset, owned, problem);
+        if (x.offset >= record.size) continue;
+        ByteView bytes = part(record, x.offset, x.size);
+        if (!opcode_start(bytes)) continue;
+        Where xw{w.base + (m.method == 0 ? m.data + x.offset : m.local), w.in_file && m.method == 0,
+                 x.key + " (a tensor whose bytes TransformerEngine unpickles)", w.depth + 1};
+        scan_pickles(bytes, xw, !ops::proto_start(bytes, 0), 1);
+    }
 }
 
 // Just past the zip that starts at `at`: the first end record after it that makes [at, end) a zip to
@@ -320,7 +399,8 @@ void BlobScanner::scan_member(ByteView bytes, const Where& w, bool sure_pickle) 
 // Every pickle of `data` back to back, as a loader that calls pickle.load until the data ends sees
 // them (a legacy torch file: its five, then raw storages). After junk, a pickle is looked for within
 // the next 64 KiB.
-PickleScanner::Result BlobScanner::scan_pickles(ByteView data, const Where& w, bool tentative, size_t max_pickles) {
+PickleScanner::Result BlobScanner::scan_pickles(ByteView data, const Where& w, bool tentative, size_t max_pickles,
+                                                const PickleScanner::RootVisitor& first_root) {
     PickleScanner::Result total;
     const std::string name = w.name.empty() ? "pickle" : w.name;
     uint64_t at = 0;
@@ -350,7 +430,8 @@ PickleScanner::Result BlobScanner::scan_pickles(ByteView data, const Where& w, b
                              : n == 0       ? name
                                             : name + " (pickle " + std::to_string(n + 1) + ")";
         PickleScanner::Result res = m_pickles.scan(rest, w.base + at, record,
-                                                   tentative || found_after_junk || (n > 0 && !ops::proto_start(rest, 0)), {}, w.depth);
+                                                   tentative || found_after_junk || (n > 0 && !ops::proto_start(rest, 0)),
+                                                   n == 0 ? first_root : PickleScanner::RootVisitor(), w.depth);
         total.imports += res.imports;
         if (n == 0) total.not_a_pickle = res.not_a_pickle;
         if (res.end == 0) {

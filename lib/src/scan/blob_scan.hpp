@@ -23,6 +23,16 @@
 
 namespace ckpt {
 
+struct ZipReading;
+
+// A tensor whose bytes are a pickle: TransformerEngine's `*._extra_state` (uint8, pickle.dumps of its
+// FP8 state; Megatron and NeMo checkpoints carry one per layer), which set_extra_state unpickles.
+struct ExtraState {
+    std::string key;      // the dict key
+    std::string storage;  // the storage's key (its record is ROOT/data/KEY)
+    uint64_t offset = 0, size = 0;  // its bytes within the record
+};
+
 class BlobScanner {
 public:
     BlobScanner(ScanReport& report, const GlobalPolicy& policy);
@@ -55,7 +65,10 @@ private:
     void scan_other(ByteView b, const Where& w, bool surely, bool top);
     void scan_wrapper(ByteView b, const Where& w, Readings& r);
     bool scan_tar(ByteView b, const Where& w);
-    PickleScanner::Result scan_pickles(ByteView b, const Where& w, bool tentative, size_t max_pickles);
+    PickleScanner::Result scan_pickles(ByteView b, const Where& w, bool tentative, size_t max_pickles,
+                                       const PickleScanner::RootVisitor& first_root = {});
+    void scan_extra_states(ByteView b, const ZipReading& t, const std::string& root,
+                           const std::vector<ExtraState>& extras, const Where& w);
     // A zip or tar member, or decompressed bytes: what it starts with decides how it is read.
     void scan_member(ByteView bytes, const Where& w, bool sure_pickle);
     void finding(std::string kind, GlobalClass severity, const Where& w, uint64_t offset, std::string message);

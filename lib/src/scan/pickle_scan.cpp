@@ -44,6 +44,7 @@ struct Walk {
     uint64_t overrun = UINT64_MAX;      // an opcode that starts inside a frame and ends past it
     uint64_t frame_lo = 0, frame_hi = 0;  // the last FRAME's bytes
     uint64_t frames = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> skips;  // bytes a loader reads itself (ScanHooks::inline_ranges)
 };
 
 class Reader {
@@ -87,6 +88,7 @@ public:
         return true;
     }
     uint64_t le(uint64_t at, int n) const { return load_le(m_pk.data + at, n); }
+    void jump(uint64_t to) { m_p = std::min(to, m_pk.size); }
 
 private:
     uint64_t find_newline(uint64_t from, uint64_t to) const {
@@ -103,7 +105,10 @@ private:
 template <class OnOp>
 void walk(ByteView pk, bool file, Walk& w, OnOp&& on_op) {
     Reader r(pk, file);
+    size_t skip = 0;
     while (r.pos() < pk.size) {
+        while (skip < w.skips.size() && w.skips[skip].first < r.pos()) ++skip;
+        if (skip < w.skips.size() && w.skips[skip].first == r.pos()) r.jump(r.pos() + w.skips[skip++].second);
         uint64_t at = r.read(1, w);
         if (at == UINT64_MAX) break;
         uint8_t op = pk.data[at];
@@ -274,6 +279,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
 
     // The disassembly: structure, and what lies past a fault.
     Walk lin;
+    lin.skips = hooks.inline_ranges;
     uint64_t dups = 0, gets = 0, puts = 0, protos = 0, index = 0;
     std::string_view pushed[2];
     int strings = 0;
@@ -371,6 +377,12 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         GlobalVerdict verdict = m_policy.judge(mn.first, mn.second);
         if (hooks.methods.only_methods() && canonical_module(mn.first) == "builtins" && mn.second == "getattr")
             verdict = bound_method_verdict(hooks.methods.only_methods(), hooks.methods.example());
+        if (mn.first == "torch.storage" && mn.second == "_load_from_bytes" && hooks.loads_of_constant_bytes && !hooks.other_loads)
+            verdict = {GlobalClass::benign, "storage bytes",
+                       "how pickle.dumps of a tensor stores its storage (TransformerEngine's _extra_state holds such "
+                       "pickles): it loads back torch.save bytes that this pickle holds, and those are scanned as a file "
+                       "of their own",
+                       false};
         const char* opname = ops::name(key.second);
         m_r.globals.push_back({key.first, verdict.cls, verdict.rule, verdict.reason, verdict.weights_only, record,
                                c.offset, opname, c.count});

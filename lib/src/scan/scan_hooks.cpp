@@ -72,6 +72,46 @@ bool loader(const std::string& fn) {
 }
 
 
+// A numpy.dtype the pickle built: numpy.dtype('f8', False, True) by REDUCE, then BUILD with its state
+// (version, byte order, subarray, names, fields, item size, alignment, flags): its item size (0 when
+// not known) and whether it holds objects (an 'O' code, the flags' NPY_ITEM_HASOBJECT bit, a field
+// that does).
+struct NumpyDtype {
+    uint64_t itemsize = 0;
+    bool objects = false;
+};
+
+NumpyDtype numpy_dtype(const Value* d, int depth = 0) {
+    NumpyDtype out;
+    const Value* c = d ? d->callable() : nullptr;
+    if (!c || c->kind != ValueKind::global || c->s() != "numpy" || c->s2 != "dtype" || depth > 16) return out;
+    ValueSpan a = d->args() ? d->args()->items() : ValueSpan();
+    if (a.empty() || a[0]->kind != ValueKind::string || a[0]->s().empty()) return out;
+    std::string_view code = a[0]->s();
+    uint64_t n = 0;
+    for (char ch : code.substr(1)) {
+        if (ch < '0' || ch > '9' || n > (1u << 30)) { n = 0; break; }
+        n = n * 10 + static_cast<uint64_t>(ch - '0');
+    }
+    char kind = code[0];
+    out.objects = kind == 'O';
+    out.itemsize = kind == 'U' ? 4 * n : n;
+    if (kind == 'O' && !n) out.itemsize = 8;
+    if (d->state && d->state->kind == ValueKind::tuple) {
+        ValueSpan st = d->state->items();
+        if (st.size() > 5 && st[5]->kind == ValueKind::integer && st[5]->i() > 0) out.itemsize = static_cast<uint64_t>(st[5]->i());
+        if (st.size() > 7 && st[7]->kind == ValueKind::integer && (st[7]->i() & 1)) out.objects = true;
+        if (st.size() > 4 && st[4]->kind == ValueKind::dict)
+            for (size_t k = 0; k < st[4]->dict_size(); ++k) {
+                const Value* f = st[4]->dict_value(k);
+                if (f->kind == ValueKind::tuple && !f->items().empty()) out.objects |= numpy_dtype(f->items()[0], depth + 1).objects;
+            }
+        if (st.size() > 2 && st[2]->kind == ValueKind::tuple && !st[2]->items().empty())
+            out.objects |= numpy_dtype(st[2]->items()[0], depth + 1).objects;
+    }
+    return out;
+}
+
 }  // namespace
 
 bool decode_hex(std::string_view t, std::string& out, bool skip_blanks) {
@@ -164,6 +204,63 @@ void ScanHooks::mutate(Value* target, uint8_t op, uint64_t offset) {
                           "(torch's weights_only loader was exploited this way, CVE-2026-24747)"});
 }
 
+// joblib.load (numpy_pickle.py, NumpyUnpickler.load_build): after BUILD of a NumpyArrayWrapper the
+// array is read from the stream itself — for a dtype that holds objects a whole pickle (pickle.load
+// of the same file), else a padding byte and that much padding when the wrapper records an alignment,
+// then count × itemsize raw bytes. NDArrayWrapper and ZNDArrayWrapper (joblib < 0.10) read the
+// array from a file beside the pickle instead.
+uint64_t ScanHooks::inline_data(Value* target, uint64_t at) {
+    const Value* c = target->callable();
+    if (!c || c->kind != ValueKind::global) return 0;
+    std::string_view module = c->s(), name = c->s2;
+    if (module != "joblib.numpy_pickle" && module != "joblib.numpy_pickle_compat" && module != "sklearn.externals.joblib.numpy_pickle")
+        return 0;
+    if (name == "NDArrayWrapper" || name == "ZNDArrayWrapper") {
+        const Value* file = target->state ? target->state->get("filename") : nullptr;
+        events.push_back({"external_file", name_of(c), target->offset, 0,
+                          "joblib's " + std::string(name) + " loads its array from a file beside the pickle" +
+                              (file && file->kind == ValueKind::string ? " ('" + std::string(file->s()) + "')" : std::string()) +
+                              " with numpy.load(allow_pickle=True): a file this scan does not see"});
+        return 0;
+    }
+    if (name != "NumpyArrayWrapper" || !target->state || at > m_data.size) return 0;
+    const Value* st = target->state;
+    NumpyDtype dt = numpy_dtype(st->get("dtype"));
+    const Value* shape = st->get("shape");
+    if (dt.objects) {
+        // The C unpickler reads one pickle from here to its STOP.
+        uint64_t p = at;
+        while (p < m_data.size) {
+            uint64_t n = ops::length(m_data, p);
+            if (!n) {
+                p = m_data.size;
+                break;
+            }
+            bool stop = m_data.data[p] == ops::STOP;
+            p += n;
+            if (stop) break;
+        }
+        nested.push_back({{m_data.data + at, p - at}, m_base + at, "the object array joblib unpickles after its NumpyArrayWrapper", true});
+        inline_ranges.emplace_back(at, p - at);
+        return p - at;
+    }
+    if (!dt.itemsize || !shape || shape->kind != ValueKind::tuple) return 0;
+    uint64_t count = 1;
+    for (const Value* d : shape->items()) {
+        auto m = d->kind == ValueKind::integer && d->i() >= 0 ? checked_mul(count, static_cast<uint64_t>(d->i())) : std::nullopt;
+        if (!m) return 0;
+        count = *m;
+    }
+    uint64_t n = 0;
+    const Value* align = st->get("numpy_array_alignment_bytes");
+    if (align && align->kind != ValueKind::none) n = at < m_data.size ? 1 + m_data.data[at] : 1;
+    auto raw = checked_mul(count, dt.itemsize);
+    uint64_t total = raw && *raw <= UINT64_MAX - n ? n + *raw : UINT64_MAX;
+    total = std::min(total, m_data.size - at);
+    inline_ranges.emplace_back(at, total);
+    return total;
+}
+
 // Decoding calls whose result the scan can know: the bytes replace the call's object, so a pickle
 // that decodes a payload and loads it has the payload scanned too.
 bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
@@ -226,6 +323,8 @@ Value* ScanHooks::reduce(Value* made) {
                               "weights_only loader did not, CVE-2026-24747)"});
     ValueSpan args = made->args() && made->args()->kind == ValueKind::tuple ? ValueSpan(made->args()->items()) : ValueSpan();
     if (decode(made, fn, args)) return made;
+    if (fn == "torch.storage._load_from_bytes")
+        ++(args.size() == 1 && args[0]->kind == ValueKind::bytes ? loads_of_constant_bytes : other_loads);
     if (loader(fn) && !args.empty()) {
         const Value* a = args[0];
         // torch.load(io.BytesIO(b)) hands its bytes over one call deeper.

@@ -47,6 +47,9 @@ public:
     std::vector<ScanEvent> events;
     std::vector<NestedBytes> nested;
     BoundMethods methods;  // builtins.getattr's uses
+    // torch.storage._load_from_bytes's calls: on bytes the pickle holds (how pickle.dumps of a tensor
+    // stores its storage; those bytes are scanned as a file of their own), and on anything else.
+    uint64_t loads_of_constant_bytes = 0, other_loads = 0;
 
     Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;
@@ -54,6 +57,9 @@ public:
     Value* computed_global(Value* module, Value* name, uint64_t offset) override;
     Value* extension(uint32_t code, uint64_t offset) override;
     void mutate(Value* target, uint8_t opcode, uint64_t offset) override;
+    uint64_t inline_data(Value* target, uint64_t at) override;
+    // Inline bytes stepped over (data offsets, lengths): the disassembly steps over them too.
+    std::vector<std::pair<uint64_t, uint64_t>> inline_ranges;
 
 private:
     uint8_t opcode_at(uint64_t offset) const {
