@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Runs inside the Debian 13 root (torch 2.6, Python 3.13, numpy 2): `write DIR` writes the 2.x
 fixtures with real torch.save (and torch.distributed.checkpoint.save) and their expected tensors;
-`check DIR` loads every output ckpt-tool wrote back with torch 2.6 and compares it with its input.
-Prints JSON lines; exits 1 on any difference. Driven from outside by test_torch2.py."""
+`check DIR` loads every output ckpt-tool wrote back with torch 2.6 and compares it with its input;
+`hostile DIR` writes files that torch 2.6 and numpy 2 run code from (and clean ones that must scan
+clean), proving each payload on the loader here first. Prints JSON lines; exits 1 on any difference.
+Driven from outside by test_torch2.py."""
 import json
 import os
 import subprocess
@@ -256,8 +258,122 @@ def check(d):
     return 0 if ok else 1
 
 
+def pickle_calling(cmd):
+    """A protocol 2 pickle that calls os.system(cmd), written opcode by opcode."""
+    import struct
+    b = cmd.encode()
+    return b"\x80\x02cos\nsystem\n(X" + struct.pack("<I", len(b)) + b + b"tR."
+
+
+def zip_replacing(src, dst, member, data):
+    """`src` again with one member's bytes replaced (Python's zipfile, as torch.export writes a .pt2)."""
+    import zipfile
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, data if info.filename == member else zin.read(info.filename))
+
+
+def hostile(d):
+    """Files torch 2.6 / numpy 2 run code from, each proven here (a marker file appears), and files of
+    torch 2.6 that must scan clean. One JSON line each: name, file, proven, want (finding kinds or
+    globals) or clean."""
+    import argparse
+    import io
+    import pickle
+    import signal
+    import struct
+    import zipfile
+    import numpy as np
+    os.makedirs(d, exist_ok=True)
+    marker = os.path.join(d, "MARK")
+
+    def proof(load):
+        if os.path.exists(marker):
+            os.remove(marker)
+        try:
+            load()
+        except Exception:  # noqa: BLE001 - the loader may fail after the payload ran
+            pass
+        ran = os.path.exists(marker)
+        if ran:
+            os.remove(marker)
+        return ran
+
+    touch = "touch " + marker
+    # A torch.export archive whose serialized_state_dict.pt is a torch.save archive with a payload:
+    # torch.export.load hands it to torch.load.
+    m = WithConstant().eval()
+    good = os.path.join(d, "export_good.pt2")
+    torch.export.save(torch.export.export(m, (torch.randn(1, 3),)), good)
+    evil_pt = io.BytesIO()
+    with zipfile.ZipFile(evil_pt, "w") as z:
+        z.writestr("archive/data.pkl", pickle_calling(touch))
+        z.writestr("archive/version", "3\n")
+    with zipfile.ZipFile(good) as z:
+        names = z.namelist()
+    member = next(n for n in names if n.endswith("serialized_state_dict.pt"))
+    bad = os.path.join(d, "export_evil.pt2")
+    zip_replacing(good, bad, member, evil_pt.getvalue())
+    print(json.dumps({"name": "torch.export archive with a hostile serialized_state_dict.pt", "file": "export_evil.pt2",
+                      "proven": proof(lambda: torch.export.load(bad)), "want": ["os.system"]}))
+    print(json.dumps({"name": "torch.export archive", "file": "export_good.pt2", "clean": True}))
+
+    # TorchScript whose __setstate__ writes a file: torch.jit.load runs it; torch 2.6's
+    # torch.load(weights_only=True) refuses the archive (CVE-2025-32434's fix).
+    class Marker(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.ones(1)
+
+        @torch.jit.export
+        def __getstate__(self):
+            return (self.w, self.training)
+
+        @torch.jit.export
+        def __setstate__(self, state: tuple[torch.Tensor, bool]):
+            self.w = state[0]
+            self.training = state[1]
+            torch.save(self.w, "PATH")
+
+        def forward(self, x):
+            return x + self.w
+
+    src = torch.jit.script(Marker())
+    ts = os.path.join(d, "ts_setstate.pt")
+    torch.jit.save(src, ts)
+    # The path is a constant of the compiled code: point it at the marker.
+    with zipfile.ZipFile(ts) as z:
+        code_name = next(n for n in z.namelist() if n.endswith("code/__torch__.py"))
+        code = z.read(code_name).replace(b'"PATH"', repr(marker).replace("'", '"').encode())
+    zip_replacing(ts, ts + ".tmp", code_name, code)
+    os.replace(ts + ".tmp", ts)
+    print(json.dumps({"name": "TorchScript __setstate__ that writes a file", "file": "ts_setstate.pt",
+                      "proven": proof(lambda: torch.jit.load(ts)), "want": ["torchscript_op"],
+                      "weights_only_refused": not proof(lambda: torch.load(ts, weights_only=True))}))
+
+    # numpy 2's StringDType ('T') holds objects: numpy.load(allow_pickle=True) unpickles the data.
+    hdr = "{'descr': 'T', 'fortran_order': False, 'shape': (1,), }"
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    npy = os.path.join(d, "stringdtype.npy")
+    with open(npy, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + pickle_calling(touch))
+    print(json.dumps({"name": "numpy 2 StringDType header", "file": "stringdtype.npy",
+                      "proven": proof(lambda: np.load(npy, allow_pickle=True)), "want": ["os.system"]}))
+
+    # Python 3.13's pickles of what training runs save: an enum in args (Megatron's exit_signal), a
+    # tensor pickled with pickle.dumps inside a uint8 tensor (TransformerEngine's _extra_state).
+    state = pickle.dumps({"scale_fwd": torch.ones(2), "amax_history_fwd": torch.zeros(1, 2), "extra": (1, "x")})
+    sd = {"model": {"layer.weight": torch.zeros(2, 2),
+                    "layer._extra_state": torch.frombuffer(bytearray(state), dtype=torch.uint8)},
+          "args": argparse.Namespace(exit_signal=signal.SIGTERM, lr=0.1), "iteration": 2}
+    torch.save(sd, os.path.join(d, "te_megatron_like.pt"))
+    print(json.dumps({"name": "an enum in args and a pickle.dumps'd state in _extra_state", "file": "te_megatron_like.pt", "clean": True}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(sys.argv[2])
+    elif sys.argv[1] == "hostile":
+        hostile(sys.argv[2])
     else:
         sys.exit(check(sys.argv[2]))

@@ -111,6 +111,26 @@ def main():
         failures.append("check in the root failed: %s" % err[-2000:])
     if len(out) != len(checks):
         failures.append("%d of %d outputs checked: %s" % (len(out), len(checks), err[-2000:]))
+    # What torch 2.6 and numpy 2 run code from, proven there first; scan must flag it. And files of
+    # torch 2.6 that must scan clean.
+    rc, cases, err = in_root("hostile", inside + "/h")
+    if rc != 0 or not cases:
+        failures.append("writing the hostile torch 2.6 files failed: %s" % err[-2000:])
+    for c in cases:
+        path = work + "/h/" + c["file"]
+        r = subprocess.run([tool, "scan", "--json", path], capture_output=True, text=True, timeout=120)
+        j = json.loads(r.stdout) if r.stdout.strip() else {"files": []}
+        got = {x["kind"] for f in j["files"] for x in f["findings"]} | {x["global"] for f in j["files"] for x in f["findings"] if x["global"]}
+        if c.get("clean"):
+            ok = r.returncode == 0 and not got
+        else:
+            ok = c["proven"] and r.returncode == 1 and set(c["want"]) <= got
+            if "weights_only_refused" in c:
+                wo = j["files"][0]["weights_only"][0] if j["files"] and j["files"][0]["weights_only"] else {}
+                ok = ok and c["weights_only_refused"] and wo.get("loads") is False
+        print("%-62s %s%s" % (c["name"], "ok" if ok else "FAIL", "" if c.get("clean") else " (proven)" if c["proven"] else " (NOT proven)"))
+        if not ok:
+            failures.append("scan of %s (%s): exit %d, findings %s, proven %s" % (c["file"], c["name"], r.returncode, sorted(got), c.get("proven")))
     for f in failures:
         print("FAIL: " + f)
     print("%d outputs loaded back by torch 2.6, %d failures" % (len(out), len(failures)))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <set>
+#include <unordered_set>
 
 #include "base/text_util.hpp"
 #include "ckpt/dtype.hpp"
@@ -68,7 +69,8 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 std::vector<ExtraState> extra_states(const Value* root) {
     std::vector<ExtraState> out;
     std::vector<const Value*> work{root};
-    std::set<const Value*> seen{root};
+    std::unordered_set<const Value*> seen{root};
+    seen.reserve(1024);
     auto callee = [](const Value* v) -> std::string_view {
         const Value* c = v ? v->callable() : nullptr;
         return c && c->kind == ValueKind::global && c->s() == "torch._utils" ? c->s2 : std::string_view();
@@ -179,6 +181,15 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
     }
     if (top) m_r.format = torchscript ? "torchscript" : torch_archive ? "torch-zip" : export_archive ? "pt2" : npz ? "npz" : "zip";
 
+    // Local headers: of every member but a torch archive's storages (raw bytes no loader unpickles;
+    // a 1 GiB checkpoint's 2,000 of them would each fault a page in).
+    auto storage_name = [&](std::string_view name) {
+        return torch_archive && starts_with(name, root + "/data/") && !ends_with(name, ".pkl");
+    };
+    for (ZipReading* z : {&t, &p})
+        for (ZipMember& m : z->members)
+            if (!storage_name(z == &t ? m.raw_name : m.name)) read_local_header(b, *z, m);
+
     if (t.ok() && !p.ok())
         finding("zip_confusion", GlobalClass::dangerous, w, w.base + t.eocd,
                 "torch.load reads this zip, Python's zipfile does not (" + p.problem +
@@ -249,14 +260,7 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
                                "refuse it, but its data is plain: read as a zip reader that ignores those flags reads it");
             }
             const ZipMember& mm = m.unreadable.empty() ? m : flagged;
-            bool storage = torch_archive && starts_with(name, root + "/data/") && !ends_with(name, ".pkl");
-            if (storage) {
-                // Raw tensor bytes to torch; numpy.load of the same file would parse one that is an .npy.
-                uint64_t take = is_torch ? mm.size : std::min(mm.comp, mm.size);
-                if (m.method == 0 && npy_start(part(b, m.data, 6)) && seen.insert({mm.data, take, 0}).second)
-                    scan_npy(part(b, m.data, take), {w.base + m.data, w.in_file, name, w.depth}, false);
-                continue;
-            }
+            if (storage_name(name)) continue;  // raw tensor bytes: torch never unpickles them
             std::string problem;
             ByteView bytes = member_bytes(b, *z, mm, k_inflate_budget, owned, problem);
             // The same bytes from both readings are scanned once (they differ where a stored member's
@@ -298,7 +302,8 @@ void BlobScanner::scan_extra_states(ByteView b, const ZipReading& t, const std::
     for (const ExtraState& x : extras) {
         size_t i = torch_find(t, b, root + "/data/" + x.storage);
         if (i == SIZE_MAX || x.size > k_max_extra_state) continue;
-        const ZipMember& m = t.members[i];
+        ZipMember m = t.members[i];
+        read_local_header(b, t, m);
         std::string problem;
         ByteView record = member_bytes(b, t, m, k_max_extra_state + x.offset, owned, problem);
         if (x.offset >= record.size) continue;

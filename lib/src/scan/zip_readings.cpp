@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace ckpt {
 
@@ -249,11 +251,6 @@ ZipReading read_zip_as_torch(ByteView file) {
             if (m.method != 0 && m.method != 8) m.unreadable = "compression method " + std::to_string(m.method);
             else if (m.flags & 0x41) m.unreadable = "encrypted";
             else if (m.flags & 0x20) m.unreadable = "a patch entry";
-            std::string why;
-            m.data = data_start(b, m, why);
-            if (!m.data && m.unreadable.empty()) m.unreadable = why;
-            else if (m.data && m.method == 0 && !b.has(m.data, m.size) && m.unreadable.empty())
-                m.unreadable = "its data runs past the end of the file";
             z.members.push_back(m);
             at += len;
             left -= len;
@@ -337,13 +334,6 @@ ZipReading read_zip_as_zipfile(ByteView file) {
             else if (m.flags & 0x60) m.unreadable = "a patch or strong-encryption entry";
             else if (m.method != 0 && m.method != 8 && m.method != 12 && m.method != 14)
                 m.unreadable = "compression method " + std::to_string(m.method);
-            std::string why;
-            m.data = data_start(b, m, why);
-            if (!m.data && m.unreadable.empty()) m.unreadable = why;
-            else if (m.data && m.local_name != m.raw_name && m.unreadable.empty())
-                m.unreadable = "its local header names it '" + std::string(m.local_name) + "'";
-            else if (m.data && !b.has(m.data, m.comp) && m.unreadable.empty())
-                m.unreadable = "its data runs past the end of the file";
             z.members.push_back(m);
             at += len;
             total += len;
@@ -361,6 +351,24 @@ std::string_view torch_root(const ZipReading& z) {
     std::string_view first = z.members[0].raw_name;
     size_t slash = first.find('/');
     return slash == std::string_view::npos ? std::string_view() : first.substr(0, slash);
+}
+
+void read_local_header(ByteView file, const ZipReading& z, ZipMember& m) {
+    if (m.local_read) return;
+    m.local_read = true;
+    Bytes b(file);
+    std::string why;
+    try {
+        m.data = data_start(b, m, why);
+    } catch (const Bad& e) {
+        m.data = 0;
+        why = e.what;
+    }
+    bool torch = std::strcmp(z.reader, "torch") == 0;
+    if (!m.unreadable.empty()) return;
+    if (!m.data) m.unreadable = why;
+    else if (!torch && m.local_name != m.raw_name) m.unreadable = "its local header names it '" + std::string(m.local_name) + "'";
+    else if (!b.has(m.data, torch && m.method == 0 ? m.size : m.comp)) m.unreadable = "its data runs past the end of the file";
 }
 
 size_t torch_find(const ZipReading& z, ByteView, std::string_view name) {
@@ -389,6 +397,10 @@ ByteView member_bytes(ByteView file, const ZipReading& z, const ZipMember& m, ui
     bool torch = std::strcmp(z.reader, "torch") == 0;
     owned.clear();
     problem.clear();
+    if (!m.local_read) {
+        problem = "its local header was not read";
+        return {};
+    }
     if (!m.data) {
         problem = m.unreadable;
         return {};
@@ -447,44 +459,51 @@ std::vector<std::string> zip_disagreements(const ZipReading& t, const ZipReading
     if (t.members.size() != p.members.size())
         out.push_back("torch.load reads " + std::to_string(t.members.size()) + " directory entries (the end record's count), Python's zipfile " +
                       std::to_string(p.members.size()) + " (the directory's size)");
-    // Each name either reader knows: the bytes each hands over for it.
-    std::map<std::string, int> names;
-    for (const ZipMember& m : t.members) names.emplace(std::string(m.raw_name), 0);
-    for (const ZipMember& m : p.members) names.emplace(std::string(m.name), 0);
+    // Each name either reader knows: the member each hands over for it (zipfile: the last of a name).
+    std::unordered_map<std::string_view, size_t> last;
+    last.reserve(p.members.size());
+    for (size_t i = 0; i < p.members.size(); ++i) last[p.members[i].name] = i;
     size_t told = 0;
-    std::map<std::string, std::vector<size_t>> folded;
+    std::unordered_map<std::string, std::vector<size_t>> folded;
     for (size_t i = 0; i < t.members.size(); ++i) {
         std::string f(t.members[i].raw_name);
         for (char& c : f) c = static_cast<char>(lower(static_cast<uint8_t>(c)));
         folded[f].push_back(i);
     }
-    for (const auto& [key, idx] : folded) {
-        if (idx.size() < 2 || told >= 8) continue;
+    for (size_t k = 0; k < t.members.size() && told < 8; ++k) {
+        std::string f(t.members[k].raw_name);
+        for (char& c : f) c = static_cast<char>(lower(static_cast<uint8_t>(c)));
+        const std::vector<size_t>& idx = folded[f];
+        if (idx.size() < 2 || idx[0] != k) continue;
         ++told;
         bool same = true;
         for (size_t i : idx) same &= t.members[i].raw_name == t.members[idx[0]].raw_name;
         out.push_back(std::to_string(idx.size()) + (same ? " entries named '" : " entries whose names differ only in case, '") +
                       std::string(t.members[idx[0]].raw_name) + "': which one a reader takes depends on the reader (torch.load's lookup ignores case)");
     }
-    for (const auto& [name, unused] : names) {
-        (void)unused;
-        if (told >= 16) break;
-        size_t ti = torch_find(t, file, name), pi = zipfile_find(p, name);
-        if (ti == SIZE_MAX || pi == SIZE_MAX) continue;
-        const ZipMember &a = t.members[ti], &b = p.members[pi];
-        if (a.data != b.data && a.data && b.data) {
+    auto compare = [&](std::string_view name) {
+        size_t ti = torch_find(t, file, name);
+        auto pi = last.find(name);
+        if (ti == SIZE_MAX || pi == last.end()) return;
+        const ZipMember &a = t.members[ti], &b = p.members[pi->second];
+        if (a.local != b.local) {
             ++told;
-            out.push_back("'" + name + "' is the data at " + at(a.data) + " for torch.load and at " + at(b.data) + " for Python's zipfile");
-        } else if (a.unreadable.empty() != b.unreadable.empty()) {
+            out.push_back("'" + std::string(name) + "' is the member at " + at(a.local) + " for torch.load and at " + at(b.local) + " for Python's zipfile");
+        } else if (a.local_read && b.local_read && a.unreadable.empty() != b.unreadable.empty()) {
             ++told;
-            out.push_back("'" + name + "': " + (a.unreadable.empty() ? "torch.load reads it, Python's zipfile refuses it (" + b.unreadable + ")"
-                                                                      : "Python's zipfile reads it, torch.load refuses it (" + a.unreadable + ")"));
+            out.push_back("'" + std::string(name) + "': " + (a.unreadable.empty() ? "torch.load reads it, Python's zipfile refuses it (" + b.unreadable + ")"
+                                                                                   : "Python's zipfile reads it, torch.load refuses it (" + a.unreadable + ")"));
         } else if (a.method == 0 && a.comp != a.size && a.unreadable.empty()) {
             ++told;
-            out.push_back("'" + name + "' is stored with " + std::to_string(a.comp) + " bytes but claims " + std::to_string(a.size) +
+            out.push_back("'" + std::string(name) + "' is stored with " + std::to_string(a.comp) + " bytes but claims " + std::to_string(a.size) +
                           ": torch.load reads " + std::to_string(a.size) + " bytes, Python's zipfile " + std::to_string(std::min(a.comp, a.size)));
         }
-    }
+    };
+    std::unordered_set<std::string_view> done;
+    for (const ZipMember& m : t.members)
+        if (told < 16 && done.insert(m.raw_name).second) compare(m.raw_name);
+    for (const ZipMember& m : p.members)
+        if (told < 16 && done.insert(m.name).second) compare(m.name);
     for (const ZipMember& m : t.members) {
         if (told >= 16) break;
         if (m.raw_name.find('\0') != std::string_view::npos) {

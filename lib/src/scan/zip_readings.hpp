@@ -32,6 +32,7 @@ struct ZipMember {
     uint16_t method = 0, flags = 0;
     std::string_view local_name;  // the local header's name
     std::string unreadable;    // why this reader refuses to hand its bytes over ("" when it does)
+    bool local_read = false;   // read_local_header has filled data, local_name and what they decide
 };
 
 struct ZipReading {
@@ -45,8 +46,13 @@ struct ZipReading {
     bool ok() const { return problem.empty(); }
 };
 
+// The directory only: no local header is read (a 1 GiB checkpoint's 2,000 storages would each fault a
+// page in); read_local_header reads a member's when its bytes are wanted.
 ZipReading read_zip_as_torch(ByteView file);
 ZipReading read_zip_as_zipfile(ByteView file);
+// Where a member's data starts, from its local header as the reader reads it (both take the local
+// name and extra lengths; zipfile refuses a local name that differs from the directory's).
+void read_local_header(ByteView file, const ZipReading& z, ZipMember& m);
 
 // The member each reader hands over for `name`, or SIZE_MAX: torch's binary search (ASCII case
 // folded; which of two equal names it meets depends on the sort), zipfile's last exact match.
@@ -62,7 +68,9 @@ std::string_view torch_root(const ZipReading& z);
 ByteView member_bytes(ByteView file, const ZipReading& z, const ZipMember& m, uint64_t cap,
                       std::vector<uint8_t>& owned, std::string& problem);
 
-// Where the two readings part, one line each (empty when they hand every name the same bytes).
+// Where the two readings part, one line each (empty when they hand every name the same bytes): the
+// end records, the directories, entry counts, names two readers resolve to different members, names
+// one of them refuses (a local header the caller has read), stored sizes, NULs in names.
 std::vector<std::string> zip_disagreements(const ZipReading& torch, const ZipReading& zipfile, ByteView file);
 
 }  // namespace ckpt
