@@ -31,7 +31,7 @@ public:
           m_limits(limits), m_trace(trace), m_data(data) {
         if (progress && progress->reading) m_reading = &progress->reading;
         // Recycling needs a map of the memo's fetches; a trace points only at what no hook gives back, or marks it shared.
-        m_recycle = pickle_ops::memo_fetches(data, m_fetched);
+        m_recycle = !hooks.may_step_over_bytes() && pickle_ops::memo_fetches(data, m_fetched);
     }
     bool recycles() const { return m_recycle; }
 

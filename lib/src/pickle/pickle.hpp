@@ -53,6 +53,9 @@ public:
     // NumpyArrayWrapper is one: the array's raw bytes follow it, or the pickle of an object array.
     // Returns how many bytes the VM steps over there (0: none, the default).
     virtual uint64_t inline_data(Value* target, uint64_t at) { (void)target, (void)at; return 0; }
+    // True when inline_data may step over bytes: the VM then keeps every memoized value, since the
+    // walk that tells which are fetched again reads those bytes as opcodes.
+    virtual bool may_step_over_bytes() const { return false; }
 };
 
 // Where things came from in the pickle's bytes, for writers that patch a pickle instead of

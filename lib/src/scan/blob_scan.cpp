@@ -1,7 +1,10 @@
 #include "scan/blob_scan.hpp"
 
+#include <string.h>
+
 #include <algorithm>
 #include <deque>
+#include <memory>
 #include <set>
 #include <unordered_set>
 
@@ -146,7 +149,19 @@ void BlobScanner::dispatch(ByteView b, const Where& w, bool surely, bool top) {
     if (b.size == 0) return;
     if (zip_local_start(b)) scan_zip(b, w, true, top);
     else if (zip_empty_start(b)) scan_zip(b, w, false, top);
-    else if (npy_start(b)) scan_npy(b, w, surely);
+    else if (npy_start(b)) {
+        scan_npy(b, w, surely);
+        // An .npy with a zip at its end: numpy reads the array, zipfile-based readers the zip.
+        if (has_zip_end(b)) {
+            ZipReading p = read_zip_as_zipfile(b);
+            if (p.ok() && !p.members.empty()) {
+                finding("polyglot", GlobalClass::dangerous, w, w.base,
+                        "one file, several formats: it reads as an .npy (numpy.load) and as a zip read from its end "
+                        "(torch.export.load, zipfile-based scanners); each loader runs what its own reading finds (both are scanned)");
+                scan_zip(b, w, false, false);
+            }
+        }
+    }
     else scan_other(b, w, surely, top);
 }
 
@@ -215,14 +230,27 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
 
     // Every member of both readings once (by where its data is and how much each reader takes).
     std::set<std::tuple<uint64_t, uint64_t, uint16_t>> seen;
-    std::set<std::string> readable_names;
+    std::unordered_set<std::string_view> readable_names;  // refused members the other reading may hand over
     for (const ZipReading* z : {&t, &p})
         for (const ZipMember& m : z->members)
-            if (m.unreadable.empty()) readable_names.insert(std::string(m.name));
+            if (!m.unreadable.empty()) readable_names.insert(m.name);
+    for (auto it = readable_names.begin(); it != readable_names.end();) {
+        bool readable = false;
+        for (const ZipReading* z : {&t, &p})
+            for (const ZipMember& m : z->members) readable |= m.name == *it && m.unreadable.empty();
+        it = readable ? std::next(it) : readable_names.erase(it);
+    }
     size_t torch_pickle = t.ok() ? torch_find(t, b, root + "/data.pkl") : SIZE_MAX;
     size_t torch_constants = t.ok() ? torch_find(t, b, root + "/constants.pkl") : SIZE_MAX;
     std::vector<TorchScriptSource> code;
     std::deque<std::vector<uint8_t>> code_buffers;  // inflated sources, kept until the analysis below
+    struct Job {
+        ByteView bytes;
+        std::shared_ptr<std::vector<uint8_t>> owned;  // an inflated member's bytes
+        Where where;
+        bool sure, torch_pickle;
+    };
+    std::vector<Job> jobs;
     std::vector<uint8_t> owned;
     size_t encrypted_members = 0;
     for (const ZipReading* z : {&t, &p}) {
@@ -232,7 +260,7 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
             std::string name(is_torch ? m.raw_name : m.name);
             ZipMember flagged;  // a member refused for its flags alone, read as a reader that ignores them
             if (!m.unreadable.empty()) {
-                if (readable_names.count(std::string(m.name))) continue;  // the other reading hands it over
+                if (readable_names.count(m.name)) continue;  // the other reading hands it over
                 if (!seen.insert({m.central, 0, 0xffff}).second) continue;
                 bool flags_only = m.data && (m.flags & 0x61) && (m.method == 0 || m.method == 8);
                 std::string problem;
@@ -279,17 +307,35 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
             bool sure = ends_with(name, ".pkl") || ends_with(name, ".pickle") ||
                         (is_torch && (i == torch_pickle || i == torch_constants));
             Where mw{m.method == 0 ? w.base + m.data : w.base + m.local, w.in_file && m.method == 0, name, w.depth};
-            if (is_torch && i == torch_pickle) {
-                std::vector<ExtraState> extras;
-                scan_pickles(bytes, mw, false, SIZE_MAX, [&](const Value* root) { extras = extra_states(root); });
-                scan_extra_states(b, t, root, extras, w);
-                continue;
-            }
-            scan_member(bytes, mw, sure);
+            std::shared_ptr<std::vector<uint8_t>> keep;
+            if (!owned.empty()) keep = std::make_shared<std::vector<uint8_t>>(std::move(owned));
+            owned.clear();
+            jobs.push_back({bytes, std::move(keep), std::move(mw), sure, is_torch && i == torch_pickle});
         }
     }
+    // What is read next are a few members (the pickles); the directories of a 100,000-tensor archive
+    // go first, unless the pickle names `_extra_state` tensors, whose records are looked up after it.
+    static constexpr std::string_view k_extra = "_extra_state";
+    auto names_extra = [](ByteView v) { return ::memmem(v.data, v.size, k_extra.data(), k_extra.size()) != nullptr; };
+    bool extra = false;
+    for (const Job& j : jobs) extra |= j.torch_pickle && names_extra(j.bytes);
+    size_t all_members = main.members.size();
+    if (!extra) {
+        t = ZipReading();
+        p = ZipReading();
+    }
+    for (const Job& j : jobs) {
+        if (!j.torch_pickle) {
+            scan_member(j.bytes, j.where, j.sure);
+            continue;
+        }
+        std::vector<ExtraState> extras;
+        scan_pickles(j.bytes, j.where, false, SIZE_MAX,
+                     extra ? PickleScanner::RootVisitor([&](const Value* root) { extras = extra_states(root); }) : PickleScanner::RootVisitor());
+        if (!extras.empty()) scan_extra_states(b, t, root, extras, w);
+    }
     if (!code.empty()) scan_torchscript(code, m_pickles);
-    if (top && encrypted_members && encrypted_members == main.members.size())
+    if (top && encrypted_members && encrypted_members == all_members)
         throw Error(ErrorKind::unsupported, "",
                     "every member of this zip is encrypted: no loader reads it without the password, and scan cannot see into it");
 }

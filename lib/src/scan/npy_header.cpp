@@ -289,12 +289,17 @@ Objects text_objects(const std::string& s) {
     static const std::set<std::string> k_plain = {"O", "|O", "<O", ">O", "=O", "O8", "O4", "|O8", "<O8", ">O8", "=O8",
                                                   "|O4", "<O4", ">O4", "=O4", "object", "object_", "object0", "T", "|T", "<T", ">T", "=T"};
     if (k_plain.count(s)) return Objects::yes;
-    // A comma list, or a subarray prefix: any part that is a plain object spelling.
-    size_t at = 0;
+    // A comma list (commas inside a subarray's parentheses split nothing), each part with an optional
+    // byte order and subarray prefix ('(2,)O', '2O'): any part that is a plain object spelling.
     Objects out = Objects::maybe;
-    while (at <= s.size()) {
-        size_t comma = s.find(',', at);
-        std::string part = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::vector<std::string> parts(1);
+    int depth = 0;
+    for (char c : s) {
+        depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+        if (c == ',' && depth == 0) parts.emplace_back();
+        else parts.back() += c;
+    }
+    for (std::string part : parts) {
         while (!part.empty() && part.back() == ' ') part.pop_back();
         size_t b = part.find_first_not_of("<>|=");
         std::string rest = b == std::string::npos ? "" : part.substr(b);
@@ -302,8 +307,6 @@ Objects text_objects(const std::string& s) {
         if (!rest.empty() && rest[0] == '(' && shape != std::string::npos) rest = rest.substr(shape + 1);
         else while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]))) rest.erase(0, 1);
         if (rest == "O" || rest == "O8" || rest == "O4" || rest == "object") out = Objects::yes;
-        if (comma == std::string::npos) break;
-        at = comma + 1;
     }
     return out;
 }

@@ -238,6 +238,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
 
     ValueArena arena;
     ScanHooks hooks(arena, data, base);
+    hooks.joblib = !m_plain;
     PickleProgress progress;
     const Value* root = nullptr;
     uint64_t fault = UINT64_MAX;
@@ -285,7 +286,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     int strings = 0;
     walk(data, false, lin, [&](const Walk::Op& o) {
         uint64_t off = base + o.pos;
-        if (o.op == ops::PROTO && index > 0 && protos++ == 0)
+        if (o.op == ops::PROTO && index > 0 && protos++ == 0 && !m_plain)
             finding({"misplaced_proto", GlobalClass::dangerous, "", record, off, "PROTO", "",
                      "a PROTO past the pickle's first opcode: picklers write one, first; a second one is an "
                      "edited stream (a scanner that stops at the first STOP or PROTO sees less than the unpickler runs)"});
@@ -339,7 +340,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
         file.record = true;
         walk(data, true, file, [](const Walk::Op&) {});
     }
-    if (file.straddle != UINT64_MAX || file.nested_frame != UINT64_MAX || lin.overrun != UINT64_MAX) {
+    if (!m_plain && (file.straddle != UINT64_MAX || file.nested_frame != UINT64_MAX || lin.overrun != UINT64_MAX)) {
         uint64_t where = std::min({file.straddle, file.nested_frame, lin.overrun});
         finding({"frame_violation", GlobalClass::dangerous, "", record, base + where, "FRAME", "",
                  file.straddle != UINT64_MAX
@@ -414,6 +415,13 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
                          "copy, a print or any walk of it exhausts memory"});
     }
 
+    // joblib.load steps over its arrays' bytes; pickle.load (numpy.load's, a plain one) runs them as
+    // opcodes: that reading is scanned too.
+    if (!hooks.inline_ranges.empty() && !m_plain) {
+        m_plain = true;
+        scan_nested(data, base, record + " > as pickle.load reads it (arrays' bytes as opcodes)", true, depth);
+        m_plain = false;
+    }
     for (const NestedBytes& n : hooks.nested) {
         if (depth >= k_max_nesting || !m_nested_seen.insert({record, n.offset, n.bytes.size}).second) continue;
         std::string where = record + " > " + n.why + " at " + at_byte(n.offset);

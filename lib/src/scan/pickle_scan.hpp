@@ -51,6 +51,7 @@ private:
     const GlobalPolicy& m_policy;
     std::set<std::tuple<std::string, uint64_t, uint64_t>> m_nested_seen;  // (pickle, offset, size) scanned
     BlobScan m_blob;
+    bool m_plain = false;  // reading a joblib pickle again as pickle.load reads it
 };
 
 }  // namespace ckpt

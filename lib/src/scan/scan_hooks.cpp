@@ -211,7 +211,7 @@ void ScanHooks::mutate(Value* target, uint8_t op, uint64_t offset) {
 // array from a file beside the pickle instead.
 uint64_t ScanHooks::inline_data(Value* target, uint64_t at) {
     const Value* c = target->callable();
-    if (!c || c->kind != ValueKind::global) return 0;
+    if (!joblib || !c || c->kind != ValueKind::global) return 0;
     std::string_view module = c->s(), name = c->s2;
     if (module != "joblib.numpy_pickle" && module != "joblib.numpy_pickle_compat" && module != "sklearn.externals.joblib.numpy_pickle")
         return 0;

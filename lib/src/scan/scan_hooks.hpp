@@ -4,6 +4,8 @@
 // hooks never refuse what a real unpickler would do; they note it and let the VM go on.
 #pragma once
 
+#include <string.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,7 +43,11 @@ struct NestedBytes {
 class ScanHooks : public PickleHooks {
 public:
     // `data` and `base`: the pickle being run, to name the opcode at an offset.
-    ScanHooks(ValueArena& arena, ByteView data, uint64_t base) : m_arena(arena), m_data(data), m_base(base) {}
+    ScanHooks(ValueArena& arena, ByteView data, uint64_t base) : m_arena(arena), m_data(data), m_base(base) {
+        static constexpr std::string_view k_wrapper = "NumpyArrayWrapper";
+        m_names_joblib = ::memmem(data.data, data.size, k_wrapper.data(), k_wrapper.size()) != nullptr;
+    }
+    bool may_step_over_bytes() const override { return joblib && m_names_joblib; }
 
     std::vector<SeenGlobal> globals;
     std::vector<ScanEvent> events;
@@ -60,6 +66,8 @@ public:
     uint64_t inline_data(Value* target, uint64_t at) override;
     // Inline bytes stepped over (data offsets, lengths): the disassembly steps over them too.
     std::vector<std::pair<uint64_t, uint64_t>> inline_ranges;
+    // false: read as pickle.load reads a joblib file (no inline arrays: their bytes are opcodes too).
+    bool joblib = true;
 
 private:
     uint8_t opcode_at(uint64_t offset) const {
@@ -70,6 +78,7 @@ private:
     bool decode(Value* made, const std::string& fn, ValueSpan args);
 
     ValueArena& m_arena;
+    bool m_names_joblib = false;  // the pickle names joblib's NumpyArrayWrapper somewhere
     ByteView m_data;
     uint64_t m_base;
     // What decoding calls may produce in one pickle, all of them together: a payload is decoded, a

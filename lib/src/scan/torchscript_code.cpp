@@ -201,10 +201,21 @@ void scan_torchscript(const std::vector<TorchScriptSource>& sources, PickleScann
         }
     }
     std::vector<std::string> load_methods;
+    std::set<std::string> load_ops;  // the operators what runs at load names (ops.NS.OP, torch.OP)
     for (size_t i = 0; i < methods.size(); ++i) {
         const Method& m = methods[i];
         std::string who = (m.cls.empty() ? "" : m.cls + ".") + m.name + " (" + m.file + ")";
         if (at_load[i] && m.name == "__setstate__") load_methods.push_back(m.cls.empty() ? m.name : m.cls + ".__setstate__");
+        if (at_load[i])
+            for (const Call& c : m.calls) {
+                if (c.chain.compare(0, 4, "ops.") == 0) {
+                    std::string rest = c.chain.substr(4);
+                    size_t dot = rest.find('.');
+                    if (dot != std::string::npos) load_ops.insert(rest.substr(0, dot) + "::" + rest.substr(dot + 1));
+                } else if (c.chain.compare(0, 6, "torch.") == 0 && c.chain.find('.', 6) == std::string::npos) {
+                    load_ops.insert("aten::" + c.chain.substr(6));
+                }
+            }
         std::map<std::string, Verdict> seen;
         for (const Call& c : m.calls) {
             Verdict v = call_verdict(c);
@@ -226,9 +237,15 @@ void scan_torchscript(const std::vector<TorchScriptSource>& sources, PickleScann
         std::string list;
         for (size_t i = 0; i < load_methods.size() && i < 8; ++i) list += (i ? ", " : "") + load_methods[i];
         if (load_methods.size() > 8) list += ", … " + std::to_string(load_methods.size() - 8) + " more";
+        std::string ops;
+        size_t n = 0;
+        for (const std::string& op : load_ops)
+            if (n++ < 8) ops += (ops.empty() ? "" : ", ") + op;
+        if (load_ops.size() > 8) ops += ", … " + std::to_string(load_ops.size() - 8) + " more";
         s.note("torchscript_code", "", sources.front().offset,
-               std::to_string(load_methods.size()) + " method" + (load_methods.size() == 1 ? "" : "s") +
-                   " of its code run at load: " + list);
+               std::to_string(load_methods.size()) + (load_methods.size() == 1 ? " method of its code runs" : " methods of its code run") +
+                   " at load: " + list + (ops.empty() ? std::string("; no operator is called by name")
+                                                       : "; the operators called: " + ops));
     }
 }
 

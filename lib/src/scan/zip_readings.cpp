@@ -255,13 +255,19 @@ ZipReading read_zip_as_torch(ByteView file) {
             at += len;
             left -= len;
         }
-        z.sorted.resize(z.members.size());
-        for (size_t i = 0; i < z.sorted.size(); ++i) z.sorted[i] = static_cast<uint32_t>(i);
-        heap_sort(z.members, z.sorted);
+        z.by_folded_name.reserve(z.members.size());
+        for (size_t i = 0; i < z.members.size(); ++i)
+            z.ambiguous |= !z.by_folded_name.emplace(z.members[i].raw_name, static_cast<uint32_t>(i)).second;
+        if (z.ambiguous) {  // which of two equal names a lookup meets: the sort decides
+            z.sorted.resize(z.members.size());
+            for (size_t i = 0; i < z.sorted.size(); ++i) z.sorted[i] = static_cast<uint32_t>(i);
+            heap_sort(z.members, z.sorted);
+        }
     } catch (const Bad& e) {
         z.problem = e.what;
         z.members.clear();
         z.sorted.clear();
+        z.by_folded_name.clear();
     }
     return z;
 }
@@ -309,6 +315,7 @@ ZipReading read_zip_as_zipfile(ByteView file) {
         z.cd_size = cd_size;
         uint64_t at = z.cd_offset, total = 0;
         if (!b.has(at, cd_size)) throw Bad{"a directory that runs past the end of the file"};
+        z.members.reserve(std::min<uint64_t>(cd_size / k_central, 1u << 20));
         while (total < cd_size) {
             if (!b.has(at, k_central)) throw Bad{"a truncated central directory"};
             if (b.u32(at) != k_central_sig) throw Bad{"a bad magic number for a directory entry"};
@@ -371,9 +378,25 @@ void read_local_header(ByteView file, const ZipReading& z, ZipMember& m) {
     else if (!b.has(m.data, torch && m.method == 0 ? m.size : m.comp)) m.unreadable = "its data runs past the end of the file";
 }
 
+size_t ZipReading::FoldHash::operator()(std::string_view s) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the folded bytes
+    for (char c : s) h = (h ^ lower(static_cast<uint8_t>(c))) * 1099511628211ull;
+    return static_cast<size_t>(h);
+}
+
+bool ZipReading::FoldEq::operator()(std::string_view a, std::string_view b) const {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (lower(static_cast<uint8_t>(a[i])) != lower(static_cast<uint8_t>(b[i]))) return false;
+    return true;
+}
+
 size_t torch_find(const ZipReading& z, ByteView, std::string_view name) {
     size_t nul = name.find('\0');
     if (nul != std::string_view::npos) name = name.substr(0, nul);
+    auto it = z.by_folded_name.find(name);
+    if (it == z.by_folded_name.end()) return SIZE_MAX;
+    if (!z.ambiguous) return it->second;  // one name of that spelling: any binary search meets it
     int64_t l = 0, h = static_cast<int64_t>(z.sorted.size()) - 1;
     while (l <= h) {
         int64_t m = l + ((h - l) >> 1);
@@ -464,22 +487,18 @@ std::vector<std::string> zip_disagreements(const ZipReading& t, const ZipReading
     last.reserve(p.members.size());
     for (size_t i = 0; i < p.members.size(); ++i) last[p.members[i].name] = i;
     size_t told = 0;
-    std::unordered_map<std::string, std::vector<size_t>> folded;
-    for (size_t i = 0; i < t.members.size(); ++i) {
-        std::string f(t.members[i].raw_name);
-        for (char& c : f) c = static_cast<char>(lower(static_cast<uint8_t>(c)));
-        folded[f].push_back(i);
-    }
-    for (size_t k = 0; k < t.members.size() && told < 8; ++k) {
-        std::string f(t.members[k].raw_name);
-        for (char& c : f) c = static_cast<char>(lower(static_cast<uint8_t>(c)));
-        const std::vector<size_t>& idx = folded[f];
-        if (idx.size() < 2 || idx[0] != k) continue;
-        ++told;
-        bool same = true;
-        for (size_t i : idx) same &= t.members[i].raw_name == t.members[idx[0]].raw_name;
-        out.push_back(std::to_string(idx.size()) + (same ? " entries named '" : " entries whose names differ only in case, '") +
-                      std::string(t.members[idx[0]].raw_name) + "': which one a reader takes depends on the reader (torch.load's lookup ignores case)");
+    if (t.ambiguous) {
+        std::unordered_map<std::string_view, std::vector<size_t>, ZipReading::FoldHash, ZipReading::FoldEq> folded;
+        for (size_t i = 0; i < t.members.size(); ++i) folded[t.members[i].raw_name].push_back(i);
+        for (size_t k = 0; k < t.members.size() && told < 8; ++k) {
+            const std::vector<size_t>& idx = folded[t.members[k].raw_name];
+            if (idx.size() < 2 || idx[0] != k) continue;
+            ++told;
+            bool same = true;
+            for (size_t i : idx) same &= t.members[i].raw_name == t.members[idx[0]].raw_name;
+            out.push_back(std::to_string(idx.size()) + (same ? " entries named '" : " entries whose names differ only in case, '") +
+                          std::string(t.members[idx[0]].raw_name) + "': which one a reader takes depends on the reader (torch.load's lookup ignores case)");
+        }
     }
     auto compare = [&](std::string_view name) {
         size_t ti = torch_find(t, file, name);
@@ -499,11 +518,25 @@ std::vector<std::string> zip_disagreements(const ZipReading& t, const ZipReading
                           ": torch.load reads " + std::to_string(a.size) + " bytes, Python's zipfile " + std::to_string(std::min(a.comp, a.size)));
         }
     };
-    std::unordered_set<std::string_view> done;
-    for (const ZipMember& m : t.members)
-        if (told < 16 && done.insert(m.raw_name).second) compare(m.raw_name);
-    for (const ZipMember& m : p.members)
-        if (told < 16 && done.insert(m.name).second) compare(m.name);
+    // The common case — one directory, read alike, no name twice even ignoring case — needs no
+    // lookup by name: each entry is its own answer in both readings.
+    bool alike = t.members.size() == p.members.size() && !t.ambiguous;
+    for (size_t i = 0; alike && i < t.members.size(); ++i)
+        alike = t.members[i].raw_name == p.members[i].name && t.members[i].local == p.members[i].local;
+    if (alike) {
+        for (size_t i = 0; i < t.members.size() && told < 16; ++i) {
+            const ZipMember &a = t.members[i], &b = p.members[i];
+            if ((a.local_read && b.local_read && a.unreadable.empty() != b.unreadable.empty()) ||
+                (a.method == 0 && a.comp != a.size && a.unreadable.empty()))
+                compare(a.raw_name);
+        }
+    } else {
+        std::unordered_set<std::string_view> done;
+        for (const ZipMember& m : t.members)
+            if (told < 16 && done.insert(m.raw_name).second) compare(m.raw_name);
+        for (const ZipMember& m : p.members)
+            if (told < 16 && done.insert(m.name).second) compare(m.name);
+    }
     for (const ZipMember& m : t.members) {
         if (told >= 16) break;
         if (m.raw_name.find('\0') != std::string_view::npos) {

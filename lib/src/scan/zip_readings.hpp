@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ckpt/bytes.hpp"
@@ -42,7 +43,13 @@ struct ZipReading {
     int64_t shift = 0;         // zipfile: bytes before the archive, added to every offset
     bool zip64 = false;
     std::vector<ZipMember> members;  // in directory order
-    std::vector<uint32_t> sorted;    // torch: the heap-sorted order its lookups search
+    // torch: members by their name with ASCII case folded (the first of each); `ambiguous`: some
+    // folded name is there twice, and then `sorted` is the heap-sorted order torch's lookups search.
+    struct FoldHash { size_t operator()(std::string_view s) const; };
+    struct FoldEq { bool operator()(std::string_view a, std::string_view b) const; };
+    std::unordered_map<std::string_view, uint32_t, FoldHash, FoldEq> by_folded_name;
+    bool ambiguous = false;
+    std::vector<uint32_t> sorted;
     bool ok() const { return problem.empty(); }
 };
 
