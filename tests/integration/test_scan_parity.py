@@ -64,6 +64,10 @@ def sb(text):  # SHORT_BINUNICODE (protocol 4)
     return b"\x8c" + bytes([len(b)]) + b
 
 
+def by(data):  # BINBYTES
+    return b"B" + struct.pack("<I", len(data)) + data
+
+
 def call(fn, *args):
     return fn + b"(" + b"".join(args) + b"tR"
 
@@ -325,6 +329,16 @@ def wrapper_cases():
         # joblib 1.2 loops forever on a second gzip member: gzip.open reads both.
         ("gzip of two members, the payload in the second", "two.pkl.gz",
          gzip.compress(SHELL[:2]) + gzip.compress(SHELL[2:]), want, GZIP_PICKLE),
+        # A pickle that decompresses its payload itself and hands it to pickle.loads.
+        ("pickle.loads(bz2.decompress(…)) inside the pickle", "self_bz2.pkl",
+         p(call(g("pickle", "loads"), call(g("bz2", "decompress"), by(bz2.compress(SHELL))))),
+         want | {("dangerous", "pickle.loads")}, PICKLE_LOAD),
+        ("pickle.loads(lzma.decompress(…)) inside the pickle", "self_lzma.pkl",
+         p(call(g("pickle", "loads"), call(g("lzma", "decompress"), by(lzma.compress(SHELL))))),
+         want | {("dangerous", "pickle.loads")}, PICKLE_LOAD),
+        ("pickle.loads(gzip.decompress(…)) inside the pickle", "self_gzip.pkl",
+         p(call(g("pickle", "loads"), call(g("gzip", "decompress"), by(gzip.compress(SHELL))))),
+         want | {("dangerous", "pickle.loads")}, PICKLE_LOAD),
         ("7z (opaque)", "model.7z", b"7z\xbc\xaf\x27\x1c" + b"\x00\x04" + bytes(range(64)), {("unknown", "opaque_wrapper")}, None),
     ]
 

@@ -2,18 +2,22 @@
 // torch.load(weights_only=True) is: every global a pickle names is judged by GlobalPolicy
 // (globals.hpp), and anything not on an allow-list is a finding. Nothing is ever run.
 //
-// Which pickles, read as CPython's Modules/_pickle.c reads them:
+// Which pickles: every one any loader a user might hand the file to would unpickle, each file read
+// as each loader reads it (lib/src/scan/, docs/hardening.md "How scan reads a file"):
 //   - a bare file: every pickle back to back (a second one after STOP, and one after junk bytes),
-//     protocols 0-5, with or without PROTO; a legacy torch file's five;
-//   - a zip (torch, TorchScript, .npz, any other): every member but a torch storage, the way torch's
-//     reader takes them (by the central directory, general-purpose flags and CRCs ignored, a local
-//     header name that differs tolerated); a member is a pickle by its name (.pkl) or its bytes;
-//   - .npy (and .npz members) with object arrays, whose data is a pickle;
+//     protocols 0-5, with or without PROTO, any first opcode; a legacy torch file's five;
+//   - a zip (torch, TorchScript, .npz, .pt2, any other), read twice: as torch's miniz and as Python's
+//     zipfile read it (where they part is a finding); every member but a torch storage, as what it
+//     is (a pickle by its name or its bytes, an .npy, a zip inside, a compressed stream); TorchScript's
+//     code for what runs at load; `_extra_state` tensors' bytes;
+//   - .npy (and .npz members) with object arrays, whose data is a pickle (numpy's header parsed as
+//     numpy parses it); joblib's inline arrays stepped over as joblib.load does;
 //   - a tar as torch.load tries it first (its storages, tensors and pickle), and pickles inside
 //     gzip, zlib, bz2, xz, lzma, lz4, zstd and joblib's ZF wrappers;
 //   - pickles nested in the scanned ones: bytes values that are pickles, hex or base64 text that
 //     decodes to one, and whatever a pickle-loading call (pickle.loads, torch's _load_from_bytes …)
-//     is handed, also after a decoding call (base64, binascii, codecs) the pickle makes itself.
+//     is handed, also after a decoding call (base64, binascii, codecs, zlib, bz2, lzma, gzip) the
+//     pickle makes itself.
 // What is judged: each global (GLOBAL, INST, STACK_GLOBAL, through the memo), dotted names by every
 // attribute they walk, names computed at load time, extension codes, calls of computed values,
 // BUILD/SETITEM/APPEND on globals and on what functions return, a malformed stream (the unpickler
@@ -50,7 +54,8 @@ struct ScannedGlobal {
 
 struct ScanFinding {
     // global, computed_global, computed_call, extension_code, mutates_global, mutates_result,
-    // malformed_pickle, misplaced_proto, frame_violation, expansion, polyglot, hidden_entry
+    // newobj_function, malformed_pickle, misplaced_proto, frame_violation, expansion, polyglot,
+    // hidden_entry, zip_confusion, tar_link, opaque_wrapper, torchscript_op, external_file
     std::string kind;
     GlobalClass severity = GlobalClass::dangerous;  // dangerous or unknown
     std::string global;  // the global it names, as written ("" for none)
@@ -64,8 +69,9 @@ struct ScanFinding {
 // What was seen and is no finding: a pickle that is nested, one that is no pickle at all, bytes that
 // follow the last pickle, an encrypted member.
 struct ScanNote {
-    std::string kind;  // nested_pickle, not_a_pickle, trailing_bytes, encrypted_member, parse_error,
-                       // torchscript_code, header_mismatch
+    std::string kind;  // nested_pickle, nested_archive, not_a_pickle, trailing_bytes, parse_error,
+                       // flagged_member, wrapper, tar, archive_run, npy_header, torchscript_code,
+                       // header_mismatch
     std::string record;
     uint64_t offset = 0;
     std::string message;
@@ -79,7 +85,8 @@ struct ScanPickle {
 
 struct ScanReport {
     std::string file;
-    std::string format;  // torch-zip, torchscript, zip, npz, npy, legacy, pickle, pickle+zip, safetensors
+    std::string format;  // torch-zip, torchscript, pt2, zip, npz, npy, legacy, pickle, pickle+zip, tar,
+                         // safetensors, gzip, zlib, bzip2, xz, lzma, lz4, zstd, joblib-zf, 7z, rar
     std::vector<ScanPickle> pickles;
     std::vector<ScannedGlobal> globals;
     std::vector<ScanFinding> findings;

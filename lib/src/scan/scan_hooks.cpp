@@ -1,12 +1,11 @@
 #include "scan/scan_hooks.hpp"
 #include "base/text_util.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <memory>
 
 #include "ckpt/globals.hpp"
+#include "io/decompress.hpp"
 #include "pickle/pickle_ops.hpp"
 #include "pickle/pickle_text.hpp"
 
@@ -289,11 +288,16 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     } else if (fn == "_codecs.decode" || fn == "codecs.decode") {
         if (enc == "hex" || enc == "hex_codec") ok = decode_hex(in->s(), out);
         else if (enc == "base64" || enc == "base64_codec" || enc == "base_64") ok = decode_base64(in->s(), out);
-    } else if (fn == "zlib.decompress" && in->kind != ValueKind::string && m_decode_budget) {
-        uLongf n = std::min<uint64_t>(m_decode_budget, 64u << 20);
-        std::unique_ptr<Bytef[]> buf(new Bytef[n]);
-        ok = uncompress(buf.get(), &n, reinterpret_cast<const Bytef*>(in->s().data()), in->s().size()) == Z_OK;
-        if (ok) out.assign(reinterpret_cast<const char*>(buf.get()), n);
+    } else if ((fn == "zlib.decompress" || fn == "bz2.decompress" || fn == "lzma.decompress" || fn == "gzip.decompress") &&
+               in->kind != ValueKind::string && m_decode_budget) {
+        // What the module's decompress gives: zlib's one stream, bz2's and gzip's streams back to
+        // back, lzma's xz or lzma-alone (FORMAT_AUTO).
+        ByteView data{reinterpret_cast<const uint8_t*>(in->s().data()), in->s().size()};
+        Wrapper w = fn == "zlib.decompress" ? Wrapper::zlib : fn == "bz2.decompress" ? Wrapper::bz2 : fn == "gzip.decompress" ? Wrapper::gzip
+                    : sniff_wrapper(data) == Wrapper::xz ? Wrapper::xz : Wrapper::lzma;
+        Decompressed d = decompress(w, data, std::min<uint64_t>(m_decode_budget, 64u << 20));
+        ok = !d.bytes.empty();
+        if (ok) out.assign(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
     }
     if (!ok || out.size() > m_decode_budget) return false;
     m_decode_budget -= out.size();
