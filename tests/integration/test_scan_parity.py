@@ -363,6 +363,99 @@ def torch_written_cases(made):
     ]
 
 
+# --- found by red-teaming the scanner (each was exit 0 or 2 while its loader ran it) ------------------
+def getattr_laundered():
+    """One real bound method makes getattr look benign; getattr is then handed to map(), which calls it:
+    next(map(getattr, [len], ['__self__'])) is the builtins module, its eval runs the payload."""
+    ga, nx, mp = g("builtins", "getattr"), g("builtins", "next"), g("builtins", "map")
+    lst = lambda *i: b"(" + b"".join(i) + b"l"  # noqa: E731
+    legit = call(ga, call(g("torch.nn.modules.linear", "Identity")), s("forward")) + b"0"
+    bmod = call(nx, call(mp, ga, lst(g("builtins", "len")), lst(s("__self__"))))
+    ev = call(nx, call(mp, ga, lst(bmod), lst(s("eval"))))
+    run = call(nx, call(mp, ev, lst(s("__import__('os').system(%r)" % TOUCH))))
+    return b"\x80\x02" + legit + run + b"."
+
+
+def lzma_small_dictionary():
+    """lzma-alone with a 256-byte dictionary: joblib knows it by 5d 00 alone."""
+    raw = lzma.compress(SHELL, format=lzma.FORMAT_ALONE,
+                        filters=[{"id": lzma.FILTER_LZMA1, "dict_size": 4096, "lc": 3, "lp": 0, "pb": 2}])
+    return raw[:1] + struct.pack("<I", 0x100) + raw[5:]
+
+
+def zfile(pad):
+    """joblib's old ZF header, its length read by int(field, 16): blanks and a sign pass."""
+    field = ((pad if pad != " " else "") + ("+" if pad == " " else "") + format(len(SHELL), "x")).ljust(19, pad)
+    return b"ZF" + field.encode() + zlib.compress(SHELL)
+
+
+def tar_tensor_type():
+    """torch < 0.4's tar whose storage type is torch.DoubleTensor (torch 1.13 reads its .dtype); the
+    storage_views pickle after the raw bytes carries the payload."""
+    st = io.BytesIO()
+    st.write(pickle.dumps(1, protocol=2))
+    st.write(b"\x80\x02(X\x01\x00\x00\x000X\x03\x00\x00\x00cpuctorch\nDoubleTensor\nt.")
+    st.write(struct.pack("<q", 2) + b"\0" * 16)
+    st.write(g("os", "system") + b"(S" + repr(TOUCH).encode() + b"\ntR0].")
+    return tar_bytes([(b"storages", st.getvalue()), (b"tensors", pickle.dumps(0, protocol=2)), (b"pickle", pickle.dumps({"a": 1}, protocol=2))])
+
+
+def joblib_dtype_code():
+    """A NumpyArrayWrapper of dtype 'f' (4 bytes an item): joblib steps over its 8 raw bytes, which
+    open a BINBYTES that would swallow the payload for a reader that does not."""
+    hidden = g("os", "system") + b"(" + s(TOUCH) + b"tR"
+    raw = b"B" + struct.pack("<I", 3 + len(hidden)) + b"\0\0\0"
+    dtype = (g("numpy", "dtype") + b"(" + s("f") + b"\x89\x88tR(K\x03" + s("<") +
+             b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb")
+    state = (b"}(" + s("subclass") + g("numpy", "ndarray") + s("shape") + b"K\x02\x85" + s("order") + s("C") +
+             s("dtype") + dtype + s("allow_mmap") + b"\x88u")
+    return b"\x80\x02" + g("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state + b"b" + raw + hidden + b"0."
+
+
+def ts_variant(archive, rename=None, edit=None):
+    """The TorchScript archive again, its code/__torch__.py edited or renamed (debug pickles dropped:
+    their source ranges would no longer match)."""
+    src, out = zipfile.ZipFile(io.BytesIO(archive)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename.endswith(".debug_pkl"):
+                continue
+            name = info.filename
+            if name.endswith("code/__torch__.py"):
+                if edit:
+                    data = edit(data)
+                if rename:
+                    name, data = rename(name), b"# scripted\n" + data
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def redteam_cases(made):
+    want = {("dangerous", "os.system")}
+    rows = [
+        ("getattr handed to map() after one bound method", "laundered.pkl", getattr_laundered(),
+         {("dangerous", "builtins.getattr")}, PICKLE_LOAD),
+        ("lzma-alone with a 256-byte dictionary (joblib)", "small_dict.lzma", lzma_small_dictionary(), want, JOBLIB_LOAD),
+        ("joblib ZF whose length field holds tabs", "zf_tab.pkl", zfile("\t"), want, JOBLIB_LOAD),
+        ("joblib ZF whose length field holds a sign", "zf_plus.pkl", zfile(" "), want, JOBLIB_LOAD),
+        ("torch < 0.4 tar whose storage type is a tensor type", "tensor_type.tar", tar_tensor_type(), want, TORCH_LOAD),
+        ("joblib array of dtype 'f'", "dtype_f.joblib", joblib_dtype_code(), want, JOBLIB_LOAD),
+    ]
+    ts = made.get("ts_setstate.pt")
+    if ts:
+        wrap = lambda d: d.replace(b'torch.save((state)[0], "MARK")', b'_0 = (torch.\n      save\n      ((state)[0], "MARK"))')  # noqa: E731
+        rows += [
+            ("TorchScript call split by newlines inside brackets", "ts_newline.pt", ts_variant(ts, edit=wrap),
+             {("dangerous", "torchscript_op")}, JIT_LOAD),
+            ("TorchScript code member named .PY", "ts_upper_ext.pt", ts_variant(ts, rename=lambda n: n[:-3] + ".PY"),
+             {("dangerous", "torchscript_op")}, JIT_LOAD),
+            ("TorchScript code folder named Code/", "ts_upper_dir.pt", ts_variant(ts, rename=lambda n: n.replace("/code/", "/Code/")),
+             {("dangerous", "torchscript_op")}, JIT_LOAD),
+        ]
+    return rows
+
+
 # --- files torch writes (a child, as a user's script would) ----------------------------------------
 MAKE = r'''
 import pickle, sys, torch
@@ -614,7 +707,7 @@ def main():
         made = make_with_torch(s_)
         rows = {"zip": zip_cases(), "polyglot": polyglot_cases(s_.work), "nested": nested_cases(), "npy": npy_cases(),
                 "wrapper": wrapper_cases(), "start": start_cases(),
-                "torch": torch_written_cases(made) if "ts_setstate.pt" in made else []}
+                "torch": torch_written_cases(made) if "ts_setstate.pt" in made else [], "redteam": redteam_cases(made)}
         laid = {group: lay_out(s_, group, r) for group, r in rows.items()}
         prove_all(s_, laid)
         test_zip_tricks(s_, laid)
@@ -624,6 +717,7 @@ def main():
         test_wrappers(s_, laid)
         test_pickle_starts(s_, laid)
         test_torch_written(s_, laid)
+        check_cases(s_, laid["redteam"])
         test_clean_parity(s_, made)
         test_folders_and_streams(s_, made)
         print("%.1f s" % (time.time() - start))

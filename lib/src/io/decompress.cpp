@@ -22,19 +22,37 @@ bool starts(ByteView b, std::initializer_list<uint8_t> magic) {
 }
 
 // joblib's old compressed files: "ZF", the uncompressed length as hex in 19 characters padded with
-// spaces (numpy_pickle_compat.py, _MAX_LEN), sometimes one more space, then a zlib stream.
+// spaces (numpy_pickle_compat.py, _MAX_LEN), sometimes one more space, then a zlib stream. joblib
+// reads the length with int(field, 16), so the field is what that takes: blanks around, a sign, a
+// 0x prefix, digits with single underscores between them.
 constexpr uint64_t k_zfile_header = 2 + 19;
+
+bool python_hex_int(std::string_view t) {
+    auto blank = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+    while (!t.empty() && blank(t.front())) t.remove_prefix(1);
+    while (!t.empty() && blank(t.back())) t.remove_suffix(1);
+    if (!t.empty() && (t[0] == '+' || t[0] == '-')) t.remove_prefix(1);
+    if (t.size() >= 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X')) {
+        t.remove_prefix(2);
+        if (!t.empty() && t[0] == '_') t.remove_prefix(1);
+    }
+    if (t.empty()) return false;
+    bool digit = false;
+    for (char c : t) {
+        bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+        if (c == '_' && digit) {
+            digit = false;
+            continue;
+        }
+        if (!hex) return false;
+        digit = true;
+    }
+    return digit;
+}
 
 bool zfile_header(ByteView b) {
     if (b.size < k_zfile_header + 2 || b.data[0] != 'Z' || b.data[1] != 'F') return false;
-    bool digit = false;
-    for (uint64_t i = 2; i < k_zfile_header; ++i) {
-        char c = static_cast<char>(b.data[i]);
-        bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == 'x' || c == 'X';
-        if (!hex && c != ' ' && c != '_') return false;
-        digit |= hex;
-    }
-    return digit;
+    return python_hex_int({reinterpret_cast<const char*>(b.data + 2), k_zfile_header - 2});
 }
 
 // The output: grown as the decoder asks, never past the cap.
@@ -214,7 +232,7 @@ Wrapper sniff_wrapper(ByteView b) {
     if (b.size >= 2 && b.data[0] == 0x78 && ((0x78u << 8) | b.data[1]) % 31 == 0) return Wrapper::zlib;
     if (b.size >= 4 && starts(b, {'B', 'Z', 'h'}) && b.data[3] >= '1' && b.data[3] <= '9') return Wrapper::bz2;
     if (starts(b, {0xfd, '7', 'z', 'X', 'Z', 0x00})) return Wrapper::xz;
-    if (starts(b, {0x5d, 0x00, 0x00})) return Wrapper::lzma;
+    if (starts(b, {0x5d, 0x00})) return Wrapper::lzma;  // joblib's prefix: any dictionary size after it
     if (starts(b, {0x04, 0x22, 0x4d, 0x18})) return Wrapper::lz4;
     if (starts(b, {0x28, 0xb5, 0x2f, 0xfd})) return Wrapper::zstd;
     if (zfile_header(b)) return Wrapper::joblib_zfile;

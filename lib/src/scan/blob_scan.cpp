@@ -2,7 +2,10 @@
 
 #include <string.h>
 
+#include <cstring>
+
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <memory>
 #include <set>
@@ -58,6 +61,15 @@ bool has_zip_end(ByteView f) {
     for (uint64_t p = f.size - 22 + 1; p-- > lo;)
         if (f.data[p] == 'P' && f.data[p + 1] == 'K' && f.data[p + 2] == 5 && f.data[p + 3] == 6) return true;
     return false;
+}
+
+// A TorchScript source as torch.jit.load finds it: ROOT/code/…/X.py, looked up with ASCII case folded
+// (miniz's lookup), so `Code/` and `.PY` are code too.
+bool code_member(std::string_view name, std::string_view root) {
+    std::string folded(name), want = std::string(root) + "/code/";
+    for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return starts_with(folded, want) && ends_with(folded, ".py");
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
@@ -295,7 +307,7 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
             // sizes disagree, or a DEFLATE stream runs past the size the directory gives).
             if (!seen.insert({mm.data, bytes.size, mm.method}).second) continue;
             if (!problem.empty()) m_pickles.note("parse_error", name, w.base + m.local, "member read in part: " + problem);
-            if (torchscript && starts_with(name, root + "/code/") && ends_with(name, ".py")) {
+            if (torchscript && code_member(name, root)) {
                 code.push_back({name, bytes, w.base + (m.method == 0 ? m.data : m.local)});
                 if (!owned.empty()) {
                     code_buffers.push_back(std::move(owned));
@@ -583,8 +595,12 @@ bool BlobScanner::scan_tar(ByteView b, const Where& w) {
             uint64_t element = 0;
             auto item = [&](const Value* v) {
                 ValueSpan it = v->items();
-                if (v->kind == ValueKind::tuple && it.size() == 3 && it[2]->kind == ValueKind::global)
-                    if (auto d = dtype_from_storage_class(it[2]->s2)) element = dtype_size(*d);
+                if (v->kind == ValueKind::tuple && it.size() == 3 && it[2]->kind == ValueKind::global) {
+                    // torch reads storage_type.dtype: a storage class's, or a tensor type's (DoubleTensor).
+                    std::string type(it[2]->s2);
+                    if (ends_with(type, "Tensor")) type = type.substr(0, type.size() - 6) + "Storage";
+                    if (auto d = dtype_from_storage_class(type)) element = dtype_size(*d);
+                }
             };
             res = m_pickles.scan(tail(data, at), mw.base + at, mw.name + " (item " + std::to_string(k + 1) + ")", false, item, w.depth);
             if (!res.end) {
@@ -610,9 +626,12 @@ bool BlobScanner::scan_tar(ByteView b, const Where& w) {
             at += res.end;
         }
         if (!exact || at < data.size) {
-            // Not the layout torch reads: every pickle that can be found in it, as pickle.load would.
+            // Not the layout torch reads, as far as scan can tell: every pickle that can be found in
+            // it, as pickle.load would, and every GLOBAL that lies in the rest, where a reading that
+            // sizes the raw bytes otherwise than scan would meet it.
             Where rest{mw.base + at, mw.in_file, mw.name + " (from byte " + std::to_string(at) + ")", w.depth};
             scan_pickles(tail(data, at), rest, true, SIZE_MAX);
+            scan_global_lines(tail(data, at), rest);
         }
     }
     for (size_t i = 0; i < t.members.size(); ++i)
@@ -621,6 +640,20 @@ bool BlobScanner::scan_tar(ByteView b, const Where& w) {
                    "a tar of " + std::to_string(t.members.size()) + " members: torch.load tries tarfile before anything "
                    "else and unpickles its storages, tensors and pickle" + (t.problem.empty() ? "" : "; the member list ends early: " + t.problem));
     return true;
+}
+
+void BlobScanner::scan_global_lines(ByteView data, const Where& w) {
+    size_t tried = 0;
+    for (uint64_t p = 1; p + 4 < data.size && tried < 10000; ++p) {
+        if (data.data[p] != 'c') continue;
+        const uint8_t* nl = static_cast<const uint8_t*>(std::memchr(data.data + p + 1, '\n', std::min<uint64_t>(data.size - p - 1, 256)));
+        if (!nl) continue;
+        std::string_view module(reinterpret_cast<const char*>(data.data + p + 1), static_cast<size_t>(nl - data.data - p - 1));
+        if (!importable_module_name(module)) continue;
+        ++tried;
+        PickleScanner::Result r = m_pickles.scan(tail(data, p), w.base + p, w.name + " (a GLOBAL at byte " + std::to_string(p) + ")", true, {}, w.depth);
+        if (r.end) p += r.end - 1;
+    }
 }
 
 void BlobScanner::scan_other(ByteView b, const Where& w, bool surely, bool top) {

@@ -65,6 +65,9 @@ private:
     void scan_other(ByteView b, const Where& w, bool surely, bool top);
     void scan_wrapper(ByteView b, const Where& w, Readings& r);
     bool scan_tar(ByteView b, const Where& w);
+    // Every GLOBAL opcode whose module line is one Python can import, in bytes a reader may run as
+    // pickles from places scan cannot pin down (a tar member whose layout scan cannot follow).
+    void scan_global_lines(ByteView data, const Where& w);
     PickleScanner::Result scan_pickles(ByteView b, const Where& w, bool tentative, size_t max_pickles,
                                        const PickleScanner::RootVisitor& first_root = {});
     void scan_extra_states(ByteView b, const ZipReading& t, const std::string& root,

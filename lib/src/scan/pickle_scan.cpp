@@ -376,9 +376,11 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     for (const auto& [key, v] : named) {
         const auto& [mn, c] = v;
         GlobalVerdict verdict = m_policy.judge(mn.first, mn.second);
-        if (hooks.methods.only_methods() && canonical_module(mn.first) == "builtins" && mn.second == "getattr")
+        // Verdicts that rest on how the pickle calls a name hold only where it is never handed on.
+        bool passed = hooks.passed_as_values.count(mn.first + "." + mn.second) > 0;
+        if (hooks.methods.only_methods() && canonical_module(mn.first) == "builtins" && mn.second == "getattr" && !passed)
             verdict = bound_method_verdict(hooks.methods.only_methods(), hooks.methods.example());
-        if (mn.first == "torch.storage" && mn.second == "_load_from_bytes" && hooks.loads_of_constant_bytes && !hooks.other_loads)
+        if (mn.first == "torch.storage" && mn.second == "_load_from_bytes" && hooks.loads_of_constant_bytes && !hooks.other_loads && !passed)
             verdict = {GlobalClass::benign, "storage bytes",
                        "how pickle.dumps of a tensor stores its storage (TransformerEngine's _extra_state holds such "
                        "pickles): it loads back torch.save bytes that this pickle holds, and those are scanned as a file "
@@ -401,7 +403,7 @@ PickleScanner::Result PickleScanner::scan_nested(ByteView data, uint64_t base, c
     for (const ScanEvent& e : hooks.events) {
         auto& [first, n] = events[{e.kind, e.global}];
         if (first != &e) continue;
-        finding({e.kind, GlobalClass::dangerous, e.global, record, e.offset, e.opcode ? ops::name(e.opcode) : "", "",
+        finding({e.kind, e.severity, e.global, record, e.offset, e.opcode ? ops::name(e.opcode) : "", "",
                  e.message + (n > 1 ? " (" + std::to_string(n - 1) + " more times in this pickle)" : "")});
     }
 

@@ -86,19 +86,51 @@ NumpyDtype numpy_dtype(const Value* d, int depth = 0) {
     if (!c || c->kind != ValueKind::global || c->s() != "numpy" || c->s2 != "dtype" || depth > 16) return out;
     ValueSpan a = d->args() ? d->args()->items() : ValueSpan();
     if (a.empty() || a[0]->kind != ValueKind::string || a[0]->s().empty()) return out;
+    // numpy.dtype's text as numpy takes it: a byte order, then a type code with an optional size
+    // ('f', 'f4', 'O8', 'U5', 'V16') or a name ('float32', 'int64', 'object').
     std::string_view code = a[0]->s();
-    uint64_t n = 0;
-    for (char ch : code.substr(1)) {
-        if (ch < '0' || ch > '9' || n > (1u << 30)) { n = 0; break; }
-        n = n * 10 + static_cast<uint64_t>(ch - '0');
+    while (!code.empty() && (code[0] == '<' || code[0] == '>' || code[0] == '|' || code[0] == '=')) code.remove_prefix(1);
+    if (code.empty()) return out;
+    static constexpr std::pair<std::string_view, uint64_t> k_names[] = {
+        {"bool", 1}, {"bool_", 1}, {"byte", 1}, {"ubyte", 1}, {"short", 2}, {"ushort", 2}, {"intc", 4}, {"uintc", 4},
+        {"int", 8}, {"int_", 8}, {"uint", 8}, {"longlong", 8}, {"ulonglong", 8}, {"intp", 8}, {"uintp", 8},
+        {"half", 2}, {"single", 4}, {"double", 8}, {"float", 8}, {"float_", 8}, {"longdouble", 16},
+        {"csingle", 8}, {"cdouble", 16}, {"complex", 16}, {"complex_", 16}, {"clongdouble", 32},
+    };
+    for (const auto& [nm, size] : k_names)
+        if (code == nm) out.itemsize = size;
+    if (code == "object" || code == "object_" || code == "object0" || code == "O") out.objects = true, out.itemsize = 8;
+    if (!out.itemsize && !out.objects) {
+        // a name with its bits (float32, uint8, complex64) or a code with its bytes (f4, U5)
+        size_t digits = code.find_first_of("0123456789");
+        std::string_view head = code.substr(0, digits);
+        uint64_t n = 0;
+        bool number = digits != std::string_view::npos;
+        for (size_t i = digits; number && i < code.size(); ++i) {
+            if (code[i] < '0' || code[i] > '9' || n > (1u << 30)) number = false;
+            else n = n * 10 + static_cast<uint64_t>(code[i] - '0');
+        }
+        static constexpr std::pair<char, uint64_t> k_codes[] = {
+            {'?', 1}, {'b', 1}, {'B', 1}, {'h', 2}, {'H', 2}, {'i', 4}, {'I', 4}, {'l', 8}, {'L', 8}, {'q', 8}, {'Q', 8},
+            {'p', 8}, {'P', 8}, {'e', 2}, {'f', 4}, {'d', 8}, {'g', 16}, {'F', 8}, {'D', 16}, {'G', 32}, {'M', 8}, {'m', 8},
+        };
+        if (head == "float" || head == "int" || head == "uint" || head == "complex" || head == "bool") {
+            if (number && n % 8 == 0) out.itemsize = n / 8;
+        } else if (head.size() == 1) {
+            char k = head[0];
+            if (number) out.itemsize = k == 'U' ? 4 * n : n;
+            else
+                for (const auto& [c, size] : k_codes)
+                    if (c == k) out.itemsize = size;
+            out.objects = k == 'O';
+        }
     }
-    char kind = code[0];
-    out.objects = kind == 'O';
-    out.itemsize = kind == 'U' ? 4 * n : n;
-    if (kind == 'O' && !n) out.itemsize = 8;
     if (d->state && d->state->kind == ValueKind::tuple) {
         ValueSpan st = d->state->items();
-        if (st.size() > 5 && st[5]->kind == ValueKind::integer && st[5]->i() > 0) out.itemsize = static_cast<uint64_t>(st[5]->i());
+        // The state's item size counts for a flexible type only (numpy keeps a fixed type's own).
+        bool flexible = !code.empty() && (code[0] == 'V' || code[0] == 'S' || code[0] == 'U' || code[0] == 'a');
+        if (st.size() > 5 && st[5]->kind == ValueKind::integer && st[5]->i() > 0 && (flexible || !out.itemsize))
+            out.itemsize = static_cast<uint64_t>(st[5]->i());
         if (st.size() > 7 && st[7]->kind == ValueKind::integer && (st[7]->i() & 1)) out.objects = true;
         if (st.size() > 4 && st[4]->kind == ValueKind::dict)
             for (size_t k = 0; k < st[4]->dict_size(); ++k) {
@@ -243,7 +275,13 @@ uint64_t ScanHooks::inline_data(Value* target, uint64_t at) {
         inline_ranges.emplace_back(at, p - at);
         return p - at;
     }
-    if (!dt.itemsize || !shape || shape->kind != ValueKind::tuple) return 0;
+    if (!dt.itemsize || !shape || shape->kind != ValueKind::tuple) {
+        events.push_back({"opaque_wrapper", name_of(c), target->offset, 0,
+                          "a joblib array whose item size or shape scan cannot tell: joblib.load reads its bytes from the "
+                          "stream after the wrapper, so what follows is not read here as joblib reads it",
+                          GlobalClass::unknown});
+        return 0;
+    }
     uint64_t count = 1;
     for (const Value* d : shape->items()) {
         auto m = d->kind == ValueKind::integer && d->i() >= 0 ? checked_mul(count, static_cast<uint64_t>(d->i())) : std::nullopt;
@@ -309,9 +347,22 @@ bool ScanHooks::decode(Value* made, const std::string& fn, ValueSpan a) {
     return true;
 }
 
+// The globals in a call's arguments, a few containers deep.
+static void globals_in(const Value* v, std::set<std::string>& out, int depth) {
+    if (!v || depth > 4) return;
+    if (v->kind == ValueKind::global && !computed_placeholder(v)) {
+        out.insert(name_of(v));
+        return;
+    }
+    if (v->kind == ValueKind::object) return;  // what a call returned: its own call was looked at
+    for (const Value* c : v->items()) globals_in(c, out, depth + 1);
+    for (const Value* c : v->entries()) globals_in(c, out, depth + 1);
+}
+
 Value* ScanHooks::reduce(Value* made) {
     Value* c = made->callable();
     methods.reduce(made);
+    globals_in(made->args(), passed_as_values, 0);
     if (!c || computed_placeholder(c)) return nullptr;  // a computed name: reported where it was made
     if (c->kind != ValueKind::global) {
         events.push_back({"computed_call", "", made->offset, opcode_at(made->offset),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "ckpt/bytes.hpp"
 #include "pickle/pickle.hpp"
 #include "pickle/pickle_ops.hpp"
+#include "ckpt/globals.hpp"
 #include "ckpt/value.hpp"
 
 namespace ckpt {
@@ -31,6 +33,7 @@ struct ScanEvent {
     uint64_t offset = 0;
     uint8_t opcode = 0;
     std::string message;
+    GlobalClass severity = GlobalClass::dangerous;
 };
 
 struct NestedBytes {
@@ -56,6 +59,9 @@ public:
     // torch.storage._load_from_bytes's calls: on bytes the pickle holds (how pickle.dumps of a tensor
     // stores its storage; those bytes are scanned as a file of their own), and on anything else.
     uint64_t loads_of_constant_bytes = 0, other_loads = 0;
+    // Globals handed to a call as values (map(getattr, …), sorted(key=…)): a callable passed on is
+    // called by what it is passed to, so no verdict that rests on how the pickle calls it holds.
+    std::set<std::string> passed_as_values;
 
     Value* global(Value* g, std::string_view written) override;
     Value* reduce(Value* made) override;

@@ -31,36 +31,55 @@ struct Verdict {
 
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
-// The calls in a method's body: identifier chains followed by '(' (strings and comments skipped).
+// The calls in a method's body: a chain of names joined by dots, then '(' — with any blanks,
+// newlines, comments and line continuations between them, as TorchScript's lexer takes them inside
+// brackets (`(torch.\n  from_file (…))` is a call of torch.from_file). A chain that starts with a
+// dot follows an expression: a method of a value. Strings are skipped.
 std::vector<Call> calls_in(std::string_view body) {
-    std::vector<Call> out;
+    // Tokens: names, '.', '(', and anything else as a break.
+    struct Tok { char kind; std::string_view text; };  // 'n' name, '.', '(', 'x' other
+    std::vector<Tok> toks;
     size_t i = 0;
     while (i < body.size()) {
         char c = body[i];
-        if (c == '#') {
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\\') {
+            ++i;
+        } else if (c == '#') {
             while (i < body.size() && body[i] != '\n') ++i;
-            continue;
-        }
-        if (c == '"' || c == '\'') {
+        } else if (c == '"' || c == '\'') {
             bool triple = body.substr(i, 3) == std::string(3, c);
             size_t q = i + (triple ? 3 : 1);
             while (q < body.size() && !(triple ? body.substr(q, 3) == std::string(3, c) : body[q] == c)) q += body[q] == '\\' ? 2 : 1;
             i = std::min(body.size(), q + (triple ? 3 : 1));
-            continue;
-        }
-        if (ident_char(c) || c == '.') {
+            toks.push_back({'x', {}});
+        } else if (ident_char(c)) {
             size_t b = i;
-            while (i < body.size() && (ident_char(body[i]) || body[i] == '.')) ++i;
-            std::string_view chain = body.substr(b, i - b);
-            size_t k = i;
-            while (k < body.size() && (body[k] == ' ' || body[k] == '\t')) ++k;
-            if (k < body.size() && body[k] == '(' && !chain.empty() && chain != "." && !std::isdigit(static_cast<unsigned char>(chain[0]))) {
-                // A chain that starts with '.' follows an expression: a method of a value.
-                out.push_back({std::string(chain)});
-            }
-            continue;
+            while (i < body.size() && ident_char(body[i])) ++i;
+            toks.push_back({std::isdigit(static_cast<unsigned char>(body[b])) ? 'x' : 'n', body.substr(b, i - b)});
+        } else {
+            toks.push_back({c == '.' ? '.' : c == '(' ? '(' : 'x', body.substr(i, 1)});
+            ++i;
         }
-        ++i;
+    }
+    std::vector<Call> out;
+    for (size_t k = 0; k < toks.size(); ++k) {
+        if (toks[k].kind != 'n' && toks[k].kind != '.') continue;
+        // The longest chain from here: [.]name(.name)*
+        size_t j = k;
+        std::string chain;
+        if (toks[j].kind == '.') {
+            chain = ".";
+            ++j;
+        }
+        if (j >= toks.size() || toks[j].kind != 'n') continue;
+        chain += toks[j++].text;
+        while (j + 1 < toks.size() && toks[j].kind == '.' && toks[j + 1].kind == 'n') {
+            chain += ".";
+            chain += toks[j + 1].text;
+            j += 2;
+        }
+        if (j < toks.size() && toks[j].kind == '(') out.push_back({chain});
+        k = j - 1;
     }
     return out;
 }
@@ -160,7 +179,7 @@ Verdict call_verdict(const Call& c) {
     if (p.size() >= 3 && p[0] == "ops") return op_verdict(p[1], p[2]);
     if (p.size() >= 4 && p[0] == "torch" && p[1] == "ops") return op_verdict(p[2], p[3]);
     if (p.size() == 2 && p[0] == "torch") return op_verdict("aten", p[1]);
-    if (!p.empty() && p[0].empty() && p.size() >= 2) {  // a method of a value: x.set_(…)
+    if (p.size() >= 2) {  // a method of a value: x.set_(…), (state)[0].set_(…), self.w.as_strided(…)
         Verdict v = op_verdict("aten", p.back());
         if (v.risk == Risk::custom) return {};
         return v;
