@@ -139,7 +139,9 @@ void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style,
     } else if (!r.notes.empty()) {
         out << "  " << r.notes.size() << " note" << (r.notes.size() == 1 ? "" : "s") << " (-v shows them, --json lists them)\n";
     }
-    if (u && !d)
+    bool unknown_global = std::any_of(r.findings.begin(), r.findings.end(),
+                                      [](const ScanFinding& f) { return f.kind == "global" && f.severity == GlobalClass::unknown; });
+    if (u && !d && unknown_global)
         out << "  if these are classes you trust: --allow MODULE.NAME (or MODULE.*), or --allow-file FILE\n";
     if (!r.weights_only.empty() && r.weights_only.front().applies) {
         out << "  ";

@@ -5,6 +5,7 @@
 #include <lzma.h>
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include <algorithm>
 #include <cstring>
@@ -70,13 +71,14 @@ public:
     }
     void wrote(uint64_t n) { m_used += n; }
     bool full() const { return m_used >= m_cap; }
-    Decompressed finish(bool complete, std::string problem) {
+    // `limited`: stopped at a limit of scan's, not at broken data (the rest is not seen).
+    Decompressed finish(bool complete, std::string problem, bool limited = false) {
         Decompressed d;
         m_out.resize(m_used);
         d.bytes = std::move(m_out);
-        d.capped = full() && !complete;
+        d.capped = (full() || limited) && !complete;
         d.complete = complete;
-        d.problem = complete ? "" : d.capped ? "more than " + std::to_string(m_cap) + " bytes once decompressed" : std::move(problem);
+        d.problem = complete ? "" : limited ? std::move(problem) : d.capped ? "more than " + std::to_string(m_cap) + " bytes once decompressed" : std::move(problem);
         return d;
     }
 
@@ -155,10 +157,14 @@ Decompressed bunzip(ByteView in, uint64_t cap) {
     return out.finish(complete, problem);
 }
 
+// What the lzma decoders may take for their dictionaries: a header can ask for gigabytes (the
+// fuzzer's 2 GiB lzma-alone), which a Python loader would allocate; scan says what it did not see.
+constexpr uint64_t k_lzma_memory = 256u << 20;
+
 Decompressed unxz(ByteView in, bool alone, uint64_t cap) {
     Sink out(cap);
     lzma_stream xz = LZMA_STREAM_INIT;
-    lzma_ret rc = alone ? lzma_alone_decoder(&xz, UINT64_MAX) : lzma_stream_decoder(&xz, UINT64_MAX, LZMA_CONCATENATED);
+    lzma_ret rc = alone ? lzma_alone_decoder(&xz, k_lzma_memory) : lzma_stream_decoder(&xz, k_lzma_memory, LZMA_CONCATENATED);
     if (rc != LZMA_OK) return out.finish(false, "cannot start lzma");
     xz.next_in = in.data;
     xz.avail_in = in.size;
@@ -172,6 +178,8 @@ Decompressed unxz(ByteView in, bool alone, uint64_t cap) {
         out.wrote(n - xz.avail_out);
     }
     lzma_end(&xz);
+    if (rc == LZMA_MEMLIMIT_ERROR)
+        return out.finish(false, "its dictionary needs more than " + std::to_string(k_lzma_memory >> 20) + " MiB, which scan does not give", true);
     return out.finish(rc == LZMA_STREAM_END, rc == LZMA_BUF_ERROR ? "the compressed data ends early" : "the compressed data is broken");
 }
 
@@ -215,6 +223,10 @@ Decompressed unzstd(ByteView in, uint64_t cap) {
         rc = ZSTD_decompressStream(ds, &dst, &src);
         out.wrote(dst.pos);
         if (ZSTD_isError(rc)) {
+            if (ZSTD_getErrorCode(rc) == ZSTD_error_frameParameter_windowTooLarge) {
+                ZSTD_freeDStream(ds);
+                return out.finish(false, "its window needs more memory than scan gives", true);
+            }
             problem = std::string("the compressed data is broken (") + ZSTD_getErrorName(rc) + ")";
             break;
         }

@@ -526,7 +526,7 @@ void BlobScanner::scan_wrapper(ByteView b, const Where& w, Readings& r) {
         return;
     }
     Decompressed d = decompress(kind, b, m_inflate_budget);
-    if (d.bytes.empty() && !d.complete) {
+    if (d.bytes.empty() && !d.complete && !d.capped) {
         m_pickles.note("parse_error", w.name, w.base, what + " magic, but no " + what + " data: " + d.problem);
         return;
     }
@@ -537,8 +537,7 @@ void BlobScanner::scan_wrapper(ByteView b, const Where& w, Readings& r) {
                        " (scanned as what they are; offsets inside are within them)" + (d.problem.empty() ? "" : "; " + d.problem));
     if (d.capped)
         finding("opaque_wrapper", GlobalClass::unknown, w, w.base,
-                what + " data that decompresses to more than the " + std::to_string(k_inflate_budget >> 20) +
-                    " MiB scan opens: the rest is not seen");
+                what + " data scan does not open whole (" + d.problem + "): the rest is not seen");
     std::string name = (w.name.empty() ? std::string() : w.name + " > ") + what;
     dispatch({d.bytes.data(), d.bytes.size()}, {0, false, name, w.depth + 1}, false, false);
 }
