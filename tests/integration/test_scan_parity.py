@@ -49,35 +49,8 @@ MARK = "MARK"
 TOUCH = "touch " + MARK
 
 
-# --- pickles by hand ------------------------------------------------------------------------------
-def g(mod, name):
-    return b"c" + mod.encode() + b"\n" + name.encode() + b"\n"
-
-
-def s(text):
-    b = text.encode()
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def sb(text):  # SHORT_BINUNICODE (protocol 4)
-    b = text.encode()
-    return b"\x8c" + bytes([len(b)]) + b
-
-
-def by(data):  # BINBYTES
-    return b"B" + struct.pack("<I", len(data)) + data
-
-
-def call(fn, *args):
-    return fn + b"(" + b"".join(args) + b"tR"
-
-
-def p(body, proto=2):
-    return b"\x80" + bytes([proto]) + body + b"."
-
-
-def os_system(cmd=TOUCH, proto=2):
-    return p(call(g("os", "system"), s(cmd)), proto)
+# --- pickles by hand: test_scan_classes.py's opcode builders -------------------------------------------
+from test_scan_classes import by, call, g, os_system, p, s, sb, zip_of  # noqa: E402
 
 
 def benign_like(pkl):
@@ -137,14 +110,6 @@ def version(root="archive"):
 def torch_zip(pkl, *extra):
     """What torch.load needs of a torch.save archive: archive/data.pkl and archive/version."""
     return zip_bytes([Member("archive/data.pkl", pkl), version()] + list(extra))
-
-
-def zip_of(members, method=zipfile.ZIP_STORED):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", method) as z:
-        for name, data in members:
-            z.writestr(name, data)
-    return buf.getvalue()
 
 
 def crc_mismatch():

@@ -136,9 +136,10 @@ public:
         put_u32(out, zip64 ? 0xffffffffu : cd_offset); put_u16(out, 0);
         return out;
     }
-    static Bytes deflate_raw(const Bytes& in) {
+    // DEFLATE, raw as a zip record holds it (window_bits -15), or zlib (15) or gzip (31) wrapped.
+    static Bytes deflate_raw(const Bytes& in, int window_bits = -MAX_WBITS) {
         z_stream zs{};
-        deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+        deflateInit2(&zs, 9, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY);
         Bytes out(deflateBound(&zs, uLong(in.size())), '\0');
         zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
         zs.avail_in = uInt(in.size());

@@ -1,14 +1,12 @@
-// `scan` at the level of a file: which pickles it holds and where (pickle_scan.cpp judges each).
+// `scan` of a file, a folder or standard input: the scan room's BlobScanner reads each (scan/), and
+// a file that reads as a torch checkpoint gets the weights_only answer.
 #include "ckpt/scan.hpp"
-
-#include "base/text_util.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <memory>
-#include <optional>
 
 #include "ckpt/bytes.hpp"
 #include "ckpt/checkpoint.hpp"

@@ -90,30 +90,17 @@ private:
 // zlib (windowBits 15) and gzip (31). gzip members follow each other, as Python's gzip module reads
 // them, with NUL padding skipped between them; bytes after the last one that are no member end it.
 Decompressed inflate_all(ByteView in, int window_bits, bool members, uint64_t cap) {
-    Sink out(cap);
+    std::vector<uint8_t> out;
     uint64_t at = 0;
     std::string problem;
-    bool complete = false;
+    bool complete = false, capped = false;
     while (true) {
-        z_stream zs{};
-        if (inflateInit2(&zs, window_bits) != Z_OK) return out.finish(false, "cannot start zlib");
-        int rc = Z_OK;
-        while (rc == Z_OK && !out.full()) {
-            uint64_t n;
-            uint8_t* dst = out.room(n);
-            zs.next_in = const_cast<Bytef*>(in.data + at);
-            zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in.size - at, 1u << 30));
-            zs.next_out = dst;
-            zs.avail_out = static_cast<uInt>(std::min<uint64_t>(n, 1u << 30));
-            uInt before_in = zs.avail_in, before_out = zs.avail_out;
-            rc = inflate(&zs, Z_NO_FLUSH);
-            at += before_in - zs.avail_in;
-            out.wrote(before_out - zs.avail_out);
-            if (rc == Z_OK && before_in == zs.avail_in && before_out == zs.avail_out) rc = Z_BUF_ERROR;
-        }
-        inflateEnd(&zs);
-        if (rc != Z_STREAM_END) {
-            problem = out.full() ? "" : rc == Z_BUF_ERROR ? "the compressed data ends early" : "the compressed data is broken";
+        Inflated r = inflate_into({in.data + at, in.size - at}, window_bits, cap - out.size(), out);
+        at += r.consumed;
+        if (r.rc != Z_STREAM_END) {
+            capped = out.size() >= cap;
+            problem = capped ? "more than " + std::to_string(cap) + " bytes once decompressed"
+                      : r.rc == Z_BUF_ERROR ? "the compressed data ends early" : "the compressed data is broken";
             break;
         }
         complete = true;
@@ -122,7 +109,12 @@ Decompressed inflate_all(ByteView in, int window_bits, bool members, uint64_t ca
         if (at >= in.size || !starts({in.data + at, in.size - at}, {0x1f, 0x8b})) break;
         complete = false;
     }
-    return out.finish(complete, problem);
+    Decompressed d;
+    d.bytes = std::move(out);
+    d.complete = complete;
+    d.capped = capped;
+    d.problem = complete ? "" : problem;
+    return d;
 }
 
 Decompressed bunzip(ByteView in, uint64_t cap) {
@@ -238,6 +230,37 @@ Decompressed unzstd(ByteView in, uint64_t cap) {
 }
 
 }  // namespace
+
+Inflated inflate_into(ByteView in, int window_bits, uint64_t max_out, std::vector<uint8_t>& out) {
+    Inflated r;
+    z_stream zs{};
+    if (inflateInit2(&zs, window_bits) != Z_OK) {
+        r.rc = Z_STREAM_ERROR;
+        return r;
+    }
+    const uint64_t start = out.size();
+    int rc = Z_OK;
+    while (rc == Z_OK && out.size() - start < max_out) {
+        uint64_t have = out.size() - start;
+        uint64_t room = out.capacity() > out.size() ? out.capacity() - out.size() : std::max<uint64_t>(have, 64u << 10);
+        room = std::min<uint64_t>({room, max_out - have, 1u << 30});
+        size_t at = out.size();
+        out.resize(at + room);
+        zs.next_in = const_cast<Bytef*>(in.data + r.consumed);
+        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in.size - r.consumed, 1u << 30));
+        zs.next_out = out.data() + at;
+        zs.avail_out = static_cast<uInt>(room);
+        uInt before_in = zs.avail_in;
+        rc = inflate(&zs, Z_NO_FLUSH);
+        r.consumed += before_in - zs.avail_in;
+        uint64_t made = room - zs.avail_out;
+        out.resize(at + made);
+        if (rc == Z_OK && before_in == zs.avail_in && made == 0) rc = Z_BUF_ERROR;
+    }
+    inflateEnd(&zs);
+    r.rc = rc;
+    return r;
+}
 
 Wrapper sniff_wrapper(ByteView b) {
     if (starts(b, {0x1f, 0x8b, 0x08})) return Wrapper::gzip;

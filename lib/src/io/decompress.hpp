@@ -36,6 +36,16 @@ struct Decompressed {
     std::string problem;         // why not complete ("" when complete)
 };
 
+// One DEFLATE stream — raw (window_bits -15, a zip record's), zlib (15) or gzip (31) — from `in`,
+// appended to `out`: up to the stream's end, `max_out` bytes out, or where the data breaks. Returns
+// zlib's last code (Z_STREAM_END when the stream ended; Z_BUF_ERROR when the input ran out first)
+// and how much of `in` it took. The one inflate loop of the tree (zip records, zip readings, wrappers).
+struct Inflated {
+    int rc = 0;
+    uint64_t consumed = 0;
+};
+Inflated inflate_into(ByteView in, int window_bits, uint64_t max_out, std::vector<uint8_t>& out);
+
 // Decompresses `in` (which starts with wrapper `w`) into at most `max_out` bytes. Never throws for
 // broken data: what came out before the break is kept and `problem` says what broke.
 Decompressed decompress(Wrapper w, ByteView in, uint64_t max_out);

@@ -41,6 +41,7 @@
 
 #include "base/huge_pages.hpp"
 #include "base/text_util.hpp"
+#include "io/decompress.hpp"
 #include "io/output_writer.hpp"
 
 namespace ckpt {
@@ -308,25 +309,12 @@ RecordData ZipArchive::record_prefix(const ZipEntry& e, uint64_t max) const {
                     "zip: entry '" + std::string(e.name) + "' claims a compression ratio over " +
                         std::to_string(m_limits.max_inflate_ratio) + ":1 (a deflate bomb?)",
                     start);
-    std::vector<uint8_t> out(whole ? e.size : max);
-    z_stream zs{};
-    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) corrupt("cannot start inflate", start);
-    uint64_t in_done = 0, out_done = 0;
-    int rc = Z_OK;
-    while (rc == Z_OK && (whole || out_done < out.size())) {
-        uint64_t in_left = e.compressed_size - in_done, out_left = out.size() - out_done;
-        zs.next_in = const_cast<Bytef*>(raw.data + in_done);
-        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
-        zs.next_out = out.data() + out_done;
-        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, 1u << 30));
-        uInt in_before = zs.avail_in, out_before = zs.avail_out;
-        rc = inflate(&zs, Z_NO_FLUSH);
-        in_done += in_before - zs.avail_in;
-        out_done += out_before - zs.avail_out;
-        if (rc == Z_OK && in_before == zs.avail_in && out_before == zs.avail_out) rc = Z_BUF_ERROR;
-    }
-    inflateEnd(&zs);
-    if (!whole && out_done == out.size()) return RecordData(std::move(out));
+    std::vector<uint8_t> out;
+    out.reserve(whole ? e.size + 1 : max);
+    // One byte of room past the size the directory says: a stream that runs longer shows it.
+    int rc = inflate_into(raw, -MAX_WBITS, whole ? e.size + 1 : max, out).rc;
+    uint64_t out_done = out.size();
+    if (!whole && out_done == max) return RecordData(std::move(out));
     if (rc != Z_STREAM_END || out_done != e.size)
         corrupt("deflate data of '" + std::string(e.name) + "' is broken or does not inflate to the " +
                     std::to_string(e.size) + " bytes the directory says",

@@ -11,6 +11,8 @@
 
 #include <zlib.h>
 
+#include "io/decompress.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -441,30 +443,10 @@ ByteView member_bytes(ByteView file, const ZipReading& z, const ZipMember& m, ui
         problem = "compression method " + std::to_string(m.method) + " is not opened here";
         return {};
     }
-    uint64_t in_len = std::min(m.comp, avail);
     uint64_t want = torch ? std::min(m.size, cap) : cap;
-    z_stream zs{};
-    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) {
-        problem = "cannot start inflate";
-        return {};
-    }
-    owned.resize(std::min<uint64_t>(want, std::max<uint64_t>(m.size, 64u << 10)));
-    uint64_t in_done = 0, out_done = 0;
-    int rc = Z_OK;
-    while (rc == Z_OK && out_done < want) {
-        if (out_done == owned.size()) owned.resize(std::min<uint64_t>(want, owned.size() * 2 + (64u << 10)));
-        zs.next_in = const_cast<Bytef*>(file.data + m.data + in_done);
-        zs.avail_in = static_cast<uInt>(std::min<uint64_t>(in_len - in_done, 1u << 30));
-        zs.next_out = owned.data() + out_done;
-        zs.avail_out = static_cast<uInt>(std::min<uint64_t>(owned.size() - out_done, 1u << 30));
-        uInt before_in = zs.avail_in, before_out = zs.avail_out;
-        rc = inflate(&zs, Z_NO_FLUSH);
-        in_done += before_in - zs.avail_in;
-        out_done += before_out - zs.avail_out;
-        if (rc == Z_OK && before_in == zs.avail_in && before_out == zs.avail_out) rc = Z_BUF_ERROR;
-    }
-    inflateEnd(&zs);
-    owned.resize(out_done);
+    owned.reserve(std::min<uint64_t>(want, std::max<uint64_t>(m.size, 64u << 10)));
+    int rc = inflate_into({file.data + m.data, std::min(m.comp, avail)}, -MAX_WBITS, want, owned).rc;
+    uint64_t out_done = owned.size();
     if (rc != Z_STREAM_END && out_done < want) problem = "its DEFLATE data is broken or cut short";
     else if (out_done >= cap && rc != Z_STREAM_END) problem = "more than " + std::to_string(cap) + " bytes once inflated";
     return {owned.data(), owned.size()};

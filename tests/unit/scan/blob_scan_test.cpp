@@ -14,6 +14,7 @@
 
 using namespace ckpt;
 using testing::PickleBuilder;
+using testing::ZipBuilder;
 
 namespace {
 
@@ -52,19 +53,7 @@ std::string after_array() {
     return PickleBuilder().setitem().short_str("later").global("os", "system").mark().str("echo").tuple().reduce().setitem().stop().bytes();
 }
 
-std::string gzip_of(const std::string& in) {
-    z_stream zs{};
-    deflateInit2(&zs, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY);
-    std::string out(deflateBound(&zs, uLong(in.size())) + 32, '\0');
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    zs.avail_in = uInt(in.size());
-    zs.next_out = reinterpret_cast<Bytef*>(out.data());
-    zs.avail_out = uInt(out.size());
-    deflate(&zs, Z_FINISH);
-    out.resize(zs.total_out);
-    deflateEnd(&zs);
-    return out;
-}
+std::string gzip_of(const std::string& in) { return ZipBuilder::deflate_raw(in, 16 + MAX_WBITS); }
 
 // A ustar header (sealed with its checksum) and data padded to 512-byte blocks.
 std::string tar_header(const std::string& name, uint64_t size) {
