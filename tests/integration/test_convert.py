@@ -26,6 +26,13 @@ NAMES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16
          "C64": torch.complex64}
 
 
+class RunConfig:
+    """A class of the training script: what a checkpoint carries beside its weights (unknown to scan)."""
+
+    def __init__(self):
+        self.lr = 0.1
+
+
 class Tied(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -178,6 +185,15 @@ def test_convert(s):
         ptr = got["embed.weight"].storage().data_ptr()
         s.check(all(got[k].storage().data_ptr() == ptr for k in ("head.weight", "view.t", "view.row")),
                 "--weights-only: ties and views no longer share one storage")
+    # What --weights-only leaves behind is said: the keys, and the globals off the allow-lists with them.
+    torch.save({"model": sdm, "config": RunConfig()}, s.path("train_cfg.pth"))
+    r = s.run("convert", s.path("train_cfg.pth"), "--weights-only", "-o", s.path("weights_cfg.pth"), "--json")
+    if s.check(r.returncode == 0, "--weights-only with a class: exit %d %s" % (r.returncode, r.stderr.strip())):
+        rep = json.loads(r.stdout)
+        s.check(rep["dropped"] == ["config"] and rep["globals_dropped"] == ["__main__.RunConfig (unknown)"] and not schema_problems(rep),
+                "--weights-only with a class: %s %s" % (rep["dropped"], rep["globals_dropped"]))
+        text = s.run("convert", s.path("train_cfg.pth"), "--weights-only", "-o", s.path("weights_cfg2.pth"))
+        s.check("not carried" in text.stdout and "__main__.RunConfig (unknown)" in text.stdout, "--weights-only text: %s" % text.stdout)
 
     # --dtype: floating-point tensors cast with torch's own rounding, bit for bit; integers and bools kept.
     cast_out = s.path("model.bf16.safetensors")
