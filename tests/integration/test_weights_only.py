@@ -96,6 +96,18 @@ def test_written_here(s):
     a = answers(s, s.path("namespace.p2.pt"))
     if a:
         s.check("argparse.Namespace" in a["2.6"]["fix"] and "add_safe_globals" in a["2.6"]["fix"], "namespace fix: %s" % a["2.6"]["fix"])
+    # A dangerous global: the advice is not to load the file, never an allow-list entry or a way round.
+    import zipfile
+    evil = s.path("evil.pt")
+    with zipfile.ZipFile(evil, "w") as z:
+        z.writestr("evil/data.pkl", b"\x80\x02cposix\nsystem\n(X\x04\x00\x00\x00truetR.")
+        z.writestr("evil/version", "3\n")
+    a = answers(s, evil)
+    if a:
+        for rel in ("2.6", "1.13"):
+            fix = a[rel]["fix"] or ""
+            s.check(not a[rel]["loads"] and fix.startswith("do not load this file") and "posix.system" in fix
+                    and "add_safe_globals" not in fix and "convert" not in fix, "dangerous global, torch %s: %s" % (rel, fix))
     # Not torch.load's files: said so, not answered.
     st = s.path("w.safetensors")
     r = s.run("convert", s.path("state_dict.p2.pt"), "-o", st)
