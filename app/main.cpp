@@ -73,12 +73,15 @@ const Command k_commands[] = {
      "  ckpt-tool merge checkpoints/ -o out/model.safetensors --dtype bfloat16 --shard-size 5GB\n"
      "  ckpt-tool merge checkpoints/ --dry-run --json",
      setup_merge},
-    {"scan", "The gate before torch.load of a file you do not trust: default-deny, as weights_only=True is. Every "
-             "pickle in it (every zip member, stacked pickles, .npy object arrays, pickles nested in bytes or "
-             "text) is read as the unpickler reads it and each global judged by allow-list; nothing is run. "
-             "Exit 1 on anything not allowed (dangerous or unknown).",
+    {"scan", "The gate before torch.load of a file you do not trust: default-deny, as weights_only=True is. Each "
+             "file is read as every loader reads it (torch.load's zip, tar and pickle paths, torch.jit.load, "
+             "torch.export.load, numpy.load, joblib.load, pickle.load), archives, compressed wrappers and pickles "
+             "in tensors opened, TorchScript code that runs at load read; where two loaders read it differently, "
+             "that is a finding. Nothing is run. Exit 1 on anything not allowed (dangerous or unknown).",
      "  ckpt-tool scan downloaded.pth\n"
      "  ckpt-tool scan --json *.pth *.bin\n"
+     "  ckpt-tool scan checkpoints/global_step1000/          # every file of a folder\n"
+     "  curl -sL https://example.org/model.bin | ckpt-tool scan -\n"
      "  ckpt-tool scan ckpt.pth --allow mylib.models.Net --allow-file trusted_globals.txt\n"
      "  ckpt-tool scan --format sarif *.pt > scan.sarif        # GitHub code scanning",
      setup_scan},

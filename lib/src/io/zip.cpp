@@ -50,7 +50,6 @@ namespace {
 
 constexpr uint32_t k_local_sig = 0x04034b50;
 constexpr uint32_t k_central_sig = 0x02014b50;
-constexpr uint32_t k_eocd_sig = 0x06054b50;
 constexpr uint32_t k_eocd64_sig = 0x06064b50;
 constexpr uint32_t k_eocd64_locator_sig = 0x07064b50;
 constexpr uint64_t k_eocd_size = 22;
