@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "ckpt/atomic_file.hpp"
@@ -13,6 +14,7 @@ namespace app {
 namespace {
 struct VerifyArgs {
     std::string file, reference, write_fingerprint, state_dict_key;
+    bool force = false;
     ckpt::VerifyOptions options;
     FormatArgs format;
     AllowArgs allow;
@@ -27,7 +29,9 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
                    "Compare with this: a fingerprint JSON (--write-fingerprint), another checkpoint, or a "
                    "TorchScript model");
     sub.add_option("--write-fingerprint", a->write_fingerprint,
-                   "Write CKPT's fingerprint to this JSON file (docs/schema/fingerprint.schema.json)");
+                   "Write CKPT's fingerprint to this JSON file (docs/schema/fingerprint.schema.json); never over "
+                   "CKPT, REFERENCE or a file they are read from");
+    sub.add_flag("--force", a->force, "Overwrite the --write-fingerprint file if it exists");
     sub.add_option("--rtol", a->options.rtol, "Relative tolerance of every statistic")->capture_default_str();
     sub.add_option("--atol", a->options.atol, "Absolute tolerance of every statistic")->capture_default_str();
     sub.add_flag("--exact", a->options.exact, "Compare content hashes: any changed bit is a finding");
@@ -52,7 +56,21 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
             }
             a->options.progress = progress_line(global, "verify");
             ckpt::ReferenceAhead reference(a->options);  // a fingerprint file's rows parsed while CKPT opens
+            // The fingerprint's target, before any work and again once CKPT's files are known.
+            std::vector<std::string> reads{a->file};
+            if (!a->reference.empty()) reads.push_back(a->reference);
+            if (!a->write_fingerprint.empty()) {
+                ckpt::check_output(a->write_fingerprint, reads, a->force);
+                std::error_code ec;
+                if (!a->reference.empty() && std::filesystem::is_directory(a->reference, ec))
+                    for (const auto& e : std::filesystem::recursive_directory_iterator(a->reference, ec))
+                        if (e.is_regular_file(ec)) reads.push_back(e.path().string());
+            }
             auto c = ckpt::Checkpoint::open(a->file, open);
+            if (!a->write_fingerprint.empty()) {
+                for (const std::string& f : c->files_read()) reads.push_back(f);
+                ckpt::check_output(a->write_fingerprint, reads, a->force);
+            }
             ckpt::Fingerprint fp;
             // The fingerprint only when it is written: else its rows move into the report, not copied.
             ckpt::VerifyReport report =

@@ -2,6 +2,7 @@
 // (0 clean, 1 findings, 2 error).
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
 #include "command.hpp"
+#include "guards.hpp"
 #include "heap.hpp"
 #include "usage_error.hpp"
 
@@ -100,6 +102,7 @@ void setup_logging(const GlobalOptions& g) {
 int main(int argc, char** argv) {
     using namespace app;
     prepare_heap();
+    guard_signals();
     CLI::App cli{"ckpt-tool: inspect, check and repair PyTorch checkpoints without running them."};
     cli.set_version_flag("--version", std::string("ckpt-tool ") + ckpt::tool_version());
     cli.require_subcommand(1);
@@ -132,13 +135,21 @@ int main(int argc, char** argv) {
         return 2;
     }
     setup_logging(global);
+    int code = 2;
     try {
-        return run ? run() : 2;
+        code = run ? run() : 2;
     } catch (const ckpt::Error& e) {
-        spdlog::error("{}", e.what());
-        return 2;
+        spdlog::error("{}", one_line(e.what()));
+        code = 2;
     } catch (const std::exception& e) {
-        spdlog::error("{}", e.what());
+        spdlog::error("{}", one_line(e.what()));
+        code = 2;
+    }
+    // A report that did not reach standard output (a full disk, a closed pipe's reader gone) is an error.
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0) {
+        spdlog::error("cannot write to standard output: the report is lost (a full disk? a pipe whose reader is gone?)");
         return 2;
     }
+    return code;
 }

@@ -69,6 +69,13 @@ private:
     uint64_t m_started = 0;
 };
 
+// What a writer may write, checked before it writes a byte: Error(usage) naming `target` when it
+// exists and is no regular file (a device, a FIFO, a folder: an output would replace it with a
+// file), when it is one of `reads` — the files the input is read from, compared by device and
+// inode, links followed: a merge never writes over a rank file it reads, `--write-fingerprint` never
+// over the checkpoint, with --force or without — or when it exists and `force` is false.
+void check_output(const std::string& target, const std::vector<std::string>& reads, bool force);
+
 // Writes all of `size` bytes at `offset`, retrying short writes; throws Error(io) naming `path`.
 void write_all(int fd, const void* data, size_t size, uint64_t offset, const std::string& path);
 // Copies `size` bytes between files (copy_file_range, falling back to read/write when the kernel

@@ -280,6 +280,9 @@ public:
     // A sharded checkpoint (opened from a Hugging Face *.index.json, or a directory holding one):
     // its shards, in the order the index names them; empty for a single file.
     const std::vector<std::string>& shards() const;
+    // Every file this checkpoint is read from: the file itself, a sharded checkpoint's shards, a
+    // distributed folder's rank files (what no output may be written over: check_output).
+    std::vector<std::string> files_read() const;
 
     // A checkpoint of distributed training (a DeepSpeed or torch.distributed.checkpoint folder),
     // opened as its merged view: its tensors are whole, their records gathered from pieces of the

@@ -108,11 +108,9 @@ std::string shard_path(const std::string& output, size_t n, size_t count) {
     return output.substr(0, dot) + part + output.substr(dot);
 }
 
-void check_absent(const std::vector<std::string>& paths, bool force) {
-    struct stat st {};
-    if (!force)
-        for (const auto& path : paths)
-            if (::stat(path.c_str(), &st) == 0) throw Error(ErrorKind::usage, path, "exists (use --force to overwrite)");
+void check_outputs(const Checkpoint& c, const std::vector<std::string>& paths, bool force) {
+    std::vector<std::string> reads = c.files_read();
+    for (const auto& path : paths) check_output(path, reads, force);
 }
 
 std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_size,
@@ -139,17 +137,12 @@ static ConvertReport convert_unnamed(const ConvertRequest& rq) {
     r.input = rq.input;
     r.output = rq.output;
     r.format = target_format(rq);
-    struct stat st {};
-    if (::stat(rq.output.c_str(), &st) == 0) {
-        struct stat in {};
-        if (::stat(rq.input.c_str(), &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
-            throw Error(ErrorKind::usage, rq.output, "is the input file");
-        if (!rq.force) throw Error(ErrorKind::usage, rq.output, "exists (use --force to overwrite)");
-    }
+    check_output(rq.output, {rq.input}, rq.force);  // before the open: a wrong target costs nothing
 
     OpenOptions open = rq.open;
     open.trace_pickle = r.format == "pth";  // pth → pth patches the pickle; safetensors needs no trace
     std::unique_ptr<Checkpoint> c = Checkpoint::open(rq.input, open);
+    check_output(rq.output, c->files_read(), rq.force);  // a folder's rank files, a sharded input's shards
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not convert a damaged checkpoint: " + c->problems().front().message);
     if (c->byteorder() == "big")

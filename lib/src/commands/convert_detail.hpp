@@ -84,8 +84,9 @@ std::vector<size_t> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max
 // "dir/model.safetensors" → "dir/model-00001-of-00003.safetensors" (n of count, Hugging Face's names).
 std::string shard_path(const std::string& output, size_t n, size_t count);
 using text::base_name;
-// Throws Error(usage) naming the first of `paths` that exists, unless `force`.
-void check_absent(const std::vector<std::string>& paths, bool force);
+// check_output for each of `paths`: none may be a file `c` is read from, nor anything but a regular
+// file, nor exist without `force`.
+void check_outputs(const Checkpoint& c, const std::vector<std::string>& paths, bool force);
 // The index ({"metadata": {"total_size"}, "weight_map"}), written to a temporary for the caller to commit.
 std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_size,
                                         const std::vector<std::pair<std::string, std::string>>& weight_map,

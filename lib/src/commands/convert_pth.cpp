@@ -149,7 +149,7 @@ void write_state_dict_pth(const Checkpoint& c, const ConvertRequest& rq, Convert
     if (count > 1) {
         std::vector<std::string> all = paths;
         all.push_back(index_path);
-        check_absent(all, rq.force);
+        check_outputs(c, all, rq.force);
     }
 
     uint64_t total = 0, done = 0, total_size = 0;
@@ -340,7 +340,7 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
         const StorageInfo& st = c.storages()[s];
         total += st.record_size;
     }
-    check_absent({rq.output}, rq.force);
+    check_outputs(c, {rq.output}, rq.force);
     FingerprintOptions hashes;
     hashes.hash_only = true;
     hashes.all = true;  // by path in the tree

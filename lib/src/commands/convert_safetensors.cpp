@@ -94,7 +94,7 @@ Plan plan(const Checkpoint& c, const ConvertRequest& rq, ConvertReport& r) {
     if (count > 1) {
         std::vector<std::string> all = p.paths;
         all.push_back(p.index_path);
-        check_absent(all, rq.force);
+        check_outputs(c, all, rq.force);
     }
     for (std::vector<Planned>& shard : p.shards) {
         std::stable_sort(shard.begin(), shard.end(), [&](const Planned& a, const Planned& b) {

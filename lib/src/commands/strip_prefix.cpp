@@ -427,9 +427,10 @@ StripPrefixReport strip_prefix_sharded(const StripPrefixRequest& rq, StripPrefix
     std::vector<std::string> targets;
     for (const auto& name : c->shards()) targets.push_back(out_dir + "/" + name);
     targets.push_back(target);
-    if (!rq.in_place && !rq.force)
-        for (const auto& t : targets)
-            if (::stat(t.c_str(), &st) == 0) throw Error(ErrorKind::usage, t, "exists (use --force to overwrite)");
+    if (!rq.in_place) {
+        std::vector<std::string> reads = c->files_read();
+        for (const auto& t : targets) check_output(t, reads, rq.force);
+    }
 
     std::vector<std::unique_ptr<AtomicFile>> files;
     OpenOptions open = rq.open;
@@ -498,12 +499,9 @@ static StripPrefixReport strip_prefix_unnamed(const StripPrefixRequest& rq) {
     }
     if (!rq.in_place && !rq.dry_run) {
         struct stat st {};
-        if (::stat(target.c_str(), &st) == 0) {
-            if (same_file(target, rq.input))
-                throw Error(ErrorKind::usage, target, "is the input file (use --in-place to replace it)");
-            if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::usage, target, "is a directory");
-            if (!rq.force) throw Error(ErrorKind::usage, target, "exists (use --force to overwrite)");
-        }
+        if (::stat(target.c_str(), &st) == 0 && same_file(target, rq.input))
+            throw Error(ErrorKind::usage, target, "is the input file (use --in-place to replace it)");
+        check_output(target, {rq.input}, rq.force);
     }
 
     OpenOptions open = rq.open;

@@ -2,20 +2,19 @@
 #include "formats/deepspeed_folder.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <regex>
 
 #include "ckpt/error.hpp"
 #include "base/text_util.hpp"
 #include "formats/dist.hpp"
+#include "io/mapped_file.hpp"
 
 namespace ckpt {
 
 namespace {
 
 std::string read_latest(const std::string& path) {
-    std::ifstream in(path);
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string s = read_text_file(path, 4096, "a `latest` file");
     while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
     return s;
 }

@@ -1,4 +1,5 @@
 #include "ckpt/atomic_file.hpp"
+#include "ckpt/faults.hpp"
 
 #include "base/text_util.hpp"
 
@@ -299,5 +300,27 @@ void copy_data(int in_fd, uint64_t in_offset, int out_fd, uint64_t out_offset, u
 }
 
 }  // namespace
+
+void remove_temporaries_now() {
+    for (Slot& s : g_slots)
+        if (s.used.load()) ::unlink(s.path);
+}
+
+void check_output(const std::string& target, const std::vector<std::string>& reads, bool force) {
+    struct stat t {};
+    if (::stat(target.c_str(), &t) != 0) return;  // nothing there (what else is wrong, the writer's open says)
+    if (!S_ISREG(t.st_mode)) {
+        const char* what = S_ISDIR(t.st_mode) ? "a folder" : S_ISFIFO(t.st_mode) ? "a FIFO" : S_ISCHR(t.st_mode) || S_ISBLK(t.st_mode) ? "a device" : "no regular file";
+        throw Error(ErrorKind::usage, target, std::string("is ") + what + ": an output replaces only a regular file");
+    }
+    for (const std::string& r : reads) {
+        struct stat in {};
+        if (::stat(r.c_str(), &in) == 0 && in.st_dev == t.st_dev && in.st_ino == t.st_ino)
+            throw Error(ErrorKind::usage, target,
+                        r == target ? "is read by this run (the input, or a file of it): an output is never written over what it reads"
+                                    : "is " + r + ", which this run reads: an output is never written over what it reads");
+    }
+    if (!force) throw Error(ErrorKind::usage, target, "exists (use --force to overwrite)");
+}
 
 }  // namespace ckpt

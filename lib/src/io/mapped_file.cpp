@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,13 +15,40 @@
 namespace ckpt {
 
 namespace {
+
+// The mappings a SIGBUS handler may look up: a fixed table of atomics and bytes, no lock.
+constexpr int k_map_slots = 64;
+struct MapSlot {
+    std::atomic<const uint8_t*> base{nullptr};
+    std::atomic<uint64_t> size{0};
+    char path[1024];
+};
+MapSlot g_maps[k_map_slots];
+std::atomic<unsigned> g_next_map{0};
+
+void note_mapping(const void* base, uint64_t size, const std::string& path) {
+    MapSlot& s = g_maps[g_next_map.fetch_add(1) % k_map_slots];
+    s.base.store(nullptr);
+    size_t n = std::min(path.size(), sizeof(s.path) - 1);
+    std::memcpy(s.path, path.data(), n);
+    s.path[n] = '\0';
+    s.size.store(size);
+    s.base.store(static_cast<const uint8_t*>(base));
+}
+
+void forget_mapping(const void* base) {
+    for (MapSlot& s : g_maps)
+        if (s.base.load() == base) s.base.store(nullptr);
+}
+
 [[noreturn]] void io_fail(const std::string& path, const std::string& what, int err) {
     throw Error(ErrorKind::io, path, what + ": " + std::strerror(err));
 }
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path) : m_path(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking: a FIFO's open returns at once (to be refused below) instead of waiting for a writer.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) io_fail(path, "cannot open", errno);
     struct stat st;
     if (::fstat(fd, &st) != 0) {
@@ -33,7 +62,8 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw Error(ErrorKind::io, path, "is not a regular file");
+        throw Error(ErrorKind::io, path, S_ISFIFO(st.st_mode) ? "is a FIFO, not a file: give the file itself, or pipe it to `-` where a command reads standard input"
+                                                              : "is not a regular file");
     }
     map(fd);
 }
@@ -56,6 +86,16 @@ void MappedFile::map(int fd) {
         }
     }
     m_fd = fd;
+    if (m_data) note_mapping(m_data, m_size, m_path);
+}
+
+const char* mapped_file_at(const void* addr) {
+    auto a = static_cast<const uint8_t*>(addr);
+    for (const MapSlot& s : g_maps) {
+        const uint8_t* b = s.base.load();
+        if (b && a >= b && a < b + s.size.load()) return s.path;
+    }
+    return nullptr;
 }
 
 std::unique_ptr<MappedFile> MappedFile::spool(int in, const std::string& name) {
@@ -112,8 +152,16 @@ void MappedFile::advise_sequential(ByteView v) const {
 }
 
 MappedFile::~MappedFile() {
+    if (m_data) forget_mapping(m_data);
     if (m_data) ::munmap(m_data, m_size);
     if (m_fd >= 0) ::close(m_fd);
+}
+
+std::string read_text_file(const std::string& path, uint64_t max_bytes, const std::string& what) {
+    MappedFile f(path);
+    if (f.size() > max_bytes)
+        throw Error(ErrorKind::limit, path, what + " of " + std::to_string(f.size()) + " bytes, over the " + std::to_string(max_bytes) + " read");
+    return std::string(reinterpret_cast<const char*>(f.view().data), f.size());
 }
 
 }  // namespace ckpt

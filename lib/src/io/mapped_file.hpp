@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ckpt/bytes.hpp"
+#include "ckpt/faults.hpp"
 
 namespace ckpt {
 
@@ -42,6 +43,11 @@ private:
     void* m_data = nullptr;
     uint64_t m_size = 0;
 };
+
+// A small text file (an allow-list, DeepSpeed's `latest`) read whole. Like MappedFile, it refuses what
+// is no regular file without blocking (a FIFO is opened non-blocking and refused), and a file larger
+// than `max_bytes`. Error(io) naming the path.
+std::string read_text_file(const std::string& path, uint64_t max_bytes, const std::string& what);
 
 // A reader moving forward through `data` (a part of a file's mapping, or of memory the file does not
 // map: then nothing is given back) gives the pages a step (1 MiB) behind where it is back as it goes:

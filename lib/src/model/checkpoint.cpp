@@ -142,6 +142,17 @@ const std::vector<Problem>& Checkpoint::problems() const { return m->problems; }
 const std::vector<RecordInfo>& Checkpoint::records() const { return m->records; }
 const std::vector<std::string>& Checkpoint::shards() const { return m->shard_names; }
 const std::optional<DistInfo>& Checkpoint::dist() const { return m->dist; }
+
+std::vector<std::string> Checkpoint::files_read() const {
+    std::vector<std::string> out{m->path};
+    for (const auto& shard : m->shards) {
+        std::vector<std::string> more = shard->files_read();
+        out.insert(out.end(), more.begin(), more.end());
+    }
+    if (m->dist)
+        for (const std::string& f : m->dist->files) out.push_back(m->dist->dir + "/" + f);
+    return out;
+}
 const std::vector<std::pair<std::string, std::string>>& Checkpoint::metadata() const { return m->metadata; }
 const MappedFile& Checkpoint::file() const { return *m->file; }
 const std::string& Checkpoint::pickle_record() const { return m->pickle_record; }

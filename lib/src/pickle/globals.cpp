@@ -13,7 +13,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <sstream>
+
+#include "io/mapped_file.hpp"
 
 #include "ckpt/error.hpp"
 #include "pickle/global_lists.hpp"
@@ -182,8 +184,7 @@ void GlobalPolicy::allow(std::string_view pattern, const std::string& source) {
 }
 
 void GlobalPolicy::allow_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::io, path, std::string("cannot read the allow file: ") + std::strerror(errno));
+    std::istringstream in(read_text_file(path, 16u << 20, "an allow file"));
     std::string line;
     for (size_t n = 1; std::getline(in, line); ++n) {
         size_t hash = line.find('#');
