@@ -10,6 +10,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ckpt/atomic_file.hpp"
 #include "ckpt/error.hpp"
 #include "ckpt/report.hpp"
 #include "command.hpp"
@@ -135,6 +136,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     setup_logging(global);
+    ckpt::on_stale_temporary([](const std::string& path) {
+        spdlog::warn("removed {}: a temporary a killed run left behind", one_line(path));
+    });
     int code = 2;
     try {
         code = run ? run() : 2;

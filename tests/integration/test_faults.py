@@ -6,6 +6,8 @@
   over a rank file they read, even with --force; no output replaces a device or a FIFO;
 - nothing that hangs: a FIFO as the input, the reference, an allow file or a rank file is refused at
   once (a timeout here would be the hang);
+- bounded: a pickle whose memo makes a few values reachable by 2^40 paths is exit 2 under a 2 GB
+  address-space limit; a killed writer's temporary is removed by the next write, and said;
 - one line, exit 2, nothing left behind: a write past `ulimit -f` (SIGXFSZ ignored, EFBIG named), an
   input cut short by another process while it is mapped (SIGBUS caught), a report that cannot reach
   standard output (/dev/full), an error whose text holds a newline;
@@ -90,6 +92,37 @@ def test_nothing_lost(s_):
     s_.check(digest(ck) == before and not temporaries(w), "input changed or temporaries left: %s" % temporaries(w))
 
 
+def test_no_placeholders_as_weights(s_):
+    """ZeRO-3's module states hold 0-element placeholders; without the optimizer files that hold the
+    weights, a merge must fail naming what is missing, never write empty tensors."""
+    w = s_.path("placeholders")
+    os.makedirs(w)
+    if os.path.isdir(SHARED):
+        z3 = os.path.join(w, "z3")
+        shutil.copytree(os.path.join(SHARED, "real", "ds_zero3_r2", "ckpt"), z3)
+        for n in os.listdir(os.path.join(z3, "global_step3")):
+            if n.endswith("optim_states.pt"):
+                os.remove(os.path.join(z3, "global_step3", n))
+        out = os.path.join(w, "z3.pth")
+        for cmd in (["merge", z3, "-o", out], ["verify", z3], ["inspect", z3]):
+            refused(s_, "ZeRO-3 without optimizer files: " + cmd[0], run(s_, *cmd), "optimizer files")
+        s_.check(not os.path.exists(out), "a merge of placeholders was written")
+    # The module states of ZeRO-1/2's name but with placeholders (a universal checkpoint's copy of a
+    # ZeRO-3 save): param_shapes says what the parameters are.
+    tag = os.path.join(w, "copy", "global_step1")
+    os.makedirs(tag)
+    with open(os.path.join(w, "copy", "latest"), "w") as f:
+        f.write("global_step1")
+    import collections
+    torch.save({"module": collections.OrderedDict([("l1.weight", torch.empty(0)), ("l1.bias", torch.empty(0))]),
+                "param_shapes": [collections.OrderedDict([("l1.weight", torch.Size([5, 6])), ("l1.bias", torch.Size([5]))])],
+                "buffer_names": [], "ds_version": "0.16.5", "dp_world_size": 1},
+               os.path.join(tag, "mp_rank_00_model_states.pt"))
+    out = os.path.join(w, "copy.pth")
+    refused(s_, "module states of placeholders", run(s_, "merge", os.path.join(w, "copy"), "-o", out), "placeholder for l1.weight")
+    s_.check(not os.path.exists(out), "a merge of placeholders was written")
+
+
 def test_nothing_hangs(s_):
     w = s_.path("hang")
     os.makedirs(w)
@@ -155,11 +188,45 @@ def test_one_line_and_nothing_left(s_):
              "an error with a newline: exit %d, stderr %r" % (r.returncode, r.stderr))
 
 
+def test_bounded(s_):
+    """A pickle whose memo makes 80 values reachable by 2^40 paths: exit 2 at bounded memory, naming the
+    file (was: gigabytes, then std::bad_alloc). A killed writer's temporary is removed by the next
+    write of the same output, and said."""
+    w = s_.path("bounded")
+    os.makedirs(w)
+    pk = b"\x80\x02}q\x00X\x01\x00\x00\x00aK\x01s"
+    for i in range(1, 41):  # dict i = {'x': dict i-1, 'y': dict i-1}
+        pk += b"}q" + bytes([i]) + b"(X\x01\x00\x00\x00xh" + bytes([i - 1]) + b"X\x01\x00\x00\x00yh" + bytes([i - 1]) + b"u"
+    path = os.path.join(w, "paths.pt")
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("paths/data.pkl", pk + b".")
+        z.writestr("paths/version", "3\n")
+    for cmd in ("inspect", "verify"):
+        # (AddressSanitizer reserves terabytes of address space: no limit under it.)
+        limit = "" if "ASAN_OPTIONS" in os.environ else "ulimit -v 2000000; "
+        r = subprocess.run(["/bin/bash", "-c", limit + 'exec "$0" "$@"', s_.tool, cmd, path],
+                           capture_output=True, text=True, timeout=120)
+        refused(s_, cmd + " of 2^40 paths", r, "paths")
+        s_.check(path in r.stderr, "%s: the error names the file: %s" % (cmd, r.stderr))
+    # A temporary of a writer killed outright (its PID gone) beside the output: removed, and said.
+    src = os.path.join(w, "m.pth")
+    torch.save({"w": torch.ones(3)}, src)
+    stale = os.path.join(w, ".out.pth.99999999.0000abcd.tmp")
+    with open(stale, "wb") as f:
+        f.write(b"half a file")
+    r = run(s_, "convert", src, "-o", os.path.join(w, "out.pth"))
+    s_.check(r.returncode == 0 and not os.path.exists(stale) and "killed run" in r.stderr,
+             "stale temporary: exit %d, still there %s, stderr %r" % (r.returncode, os.path.exists(stale), r.stderr))
+
+
 def main():
     def body(s_, _args):
         test_nothing_lost(s_)
+        test_no_placeholders_as_weights(s_)
         test_nothing_hangs(s_)
         test_one_line_and_nothing_left(s_)
+        test_bounded(s_)
     return suite_main(body)
 
 

@@ -3,9 +3,11 @@
 // the directory. Destroying an uncommitted AtomicFile removes the temporary, and so does SIGINT,
 // SIGTERM or SIGHUP while it is open: a repair cut short leaves the old file and nothing else. The
 // temporary is named ".NAME.PID.XXXXXXXX.tmp"; one left by a writer killed outright (SIGKILL: no
-// handler runs) is removed by the next commit of the same target once that PID is gone.
+// handler runs) is removed by the next write of the same target once that PID is gone (when the
+// write starts, and again after its commit), and on_stale_temporary's callback is told.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -68,6 +70,10 @@ private:
     int m_fd;
     uint64_t m_started = 0;
 };
+
+// Called with the path of each temporary a killed writer left and a later one removed (the tool says
+// so on stderr; the library prints nothing).
+void on_stale_temporary(std::function<void(const std::string& path)> notice);
 
 // What a writer may write, checked before it writes a byte: Error(usage) naming `target` when it
 // exists and is no regular file (a device, a FIFO, a folder: an output would replace it with a

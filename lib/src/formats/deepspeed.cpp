@@ -200,7 +200,27 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         }
     };
 
-    if (files.optim.empty()) {  // no ZeRO partitions: the module states hold the weights
+    if (files.optim.empty()) {  // no ZeRO partitions: the module states hold the weights — unless they are placeholders
+        // ZeRO-3's module states hold a 0-element placeholder for every parameter (the weights are
+        // in the optimizer files), and so do the copies a universal checkpoint keeps of them: such a
+        // folder without its optimizer files holds no weights at all, and is never merged as one.
+        if (files.model.empty())
+            throw Error(ErrorKind::corrupt, tagdir,
+                        "holds ZeRO-3 module states (" + model0 + " …), whose parameters are 0-element placeholders, but none of the "
+                        "optimizer files that hold the weights (" + std::string("zero_pp_rank_R_mp_rank_00_optim_states.pt for ranks 0–") +
+                            std::to_string(ws - 1) + "): a partial copy? Every rank's optimizer file is needed");
+        Shapes declared;
+        if (const Value* ps = field(root0, "param_shapes")) declared = param_shapes(ps, m0->path());
+        for (const auto& group : declared)
+            for (const auto& [name, shape] : group) {
+                uint64_t want = 1;
+                for (int64_t d : shape) want *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+                const Value* t = module->get(name);
+                if (want && t && t->kind == ValueKind::tensor && m0->tensors()[t->i()].numel == 0)
+                    throw Error(ErrorKind::corrupt, m0->path(),
+                                "holds a 0-element placeholder for " + name + " (its param_shapes says " + std::to_string(want) +
+                                    " elements): ZeRO-3 module states, whose weights are in optimizer files this folder does not have");
+            }
         info.layout = "deepspeed";
         info.writer = "DeepSpeed " + version + ", no ZeRO partitions (the module states hold the weights" +
                       (module_dtype.empty() ? std::string(")") : ", " + module_dtype + ")");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,8 @@ void unregister_temp(int slot) {
     if (slot >= 0) g_slots[slot].used.store(false);
 }
 
+std::function<void(const std::string&)> g_stale_notice;
+
 // Temporaries of `target` that a writer killed outright (SIGKILL, a power cut: no handler runs) left
 // behind: ".NAME.PID.XXXXXXXX.tmp" whose PID is no longer a process. Removed after a commit.
 void remove_stale_temporaries(const std::string& target) {
@@ -90,7 +93,7 @@ void remove_stale_temporaries(const std::string& target) {
         long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
         if (pid <= 0 || pid == static_cast<long>(::getpid())) continue;
         if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-        ::unlinkat(::dirfd(d), name.c_str(), 0);
+        if (::unlinkat(::dirfd(d), name.c_str(), 0) == 0 && g_stale_notice) g_stale_notice(dir + "/" + name);
     }
     ::closedir(d);
 }
@@ -109,7 +112,10 @@ AtomicFile::AtomicFile(std::string target) : m_target(std::move(target)) {
     }
     if (m_fd < 0) io_fail(m_target, "cannot create a temporary file in " + dir, EEXIST);
     m_slot = register_temp(m_temp);
+    remove_stale_temporaries(m_target);  // a killed run's, before this run's output takes room beside them
 }
+
+void on_stale_temporary(std::function<void(const std::string& path)> notice) { g_stale_notice = std::move(notice); }
 
 AtomicFile::~AtomicFile() { discard(); }
 

@@ -19,6 +19,9 @@ void ModelBuilder::build(bool own_storages) {
     c.entries.reserve(c.tensors.size());  // a hint: most leaves of a checkpoint are tensors
     advise_huge_pages(c.entries);
     entry_by_key.reserve(c.tensors.size());
+    // Every value made is one key or a few (a tensor's attributes); sharing — tied weights, a dict
+    // kept twice — adds some. Far more paths than values is a pickle built to expand.
+    m_max_visits = 2'000'000 + 8 * c.arena.count();
     flatten(c.root, key, 0, on_path);
     if (own_storages) check_storages();
     find_state_dict();
@@ -59,6 +62,10 @@ void ModelBuilder::flatten(const Value* v, std::string& key, int depth,
                                   std::unordered_set<const Value*>& path) {
     if (depth > k_max_walk_depth)
         throw Error(ErrorKind::limit, "", "value tree nested deeper than " + std::to_string(k_max_walk_depth) + " levels");
+    if (++m_visits > m_max_visits)
+        throw Error(ErrorKind::limit, "",
+                    "its " + std::to_string(c.arena.count()) + " values are shared so that they are reachable by more than " +
+                        std::to_string(m_max_visits) + " paths (a pickle built to expand through its memo): not flattened into keys");
     auto child = [&](std::string_view part, const Value* x) {
         size_t old = key.size();
         if (!key.empty()) key += '.';

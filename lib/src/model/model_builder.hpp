@@ -24,6 +24,9 @@ private:
     const OpenOptions& options;
     StringIndex entry_by_key;  // the first entry of each key
     std::unordered_map<const Value*, bool> m_has_tensor;
+    // Values the flattening walk has visited, and how many it may (build sets it): a pickle whose memo
+    // shares values can make a few hundred values reachable by 10^10 paths, each a key.
+    uint64_t m_visits = 0, m_max_visits = 0;
     auto entry_key() const {
         return [this](size_t pos) -> std::string_view { return c.entries[pos].key; };
     }
