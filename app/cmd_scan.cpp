@@ -43,7 +43,7 @@ Runner setup_scan(CLI::App& sub, const GlobalOptions& global) {
                 for (auto& x : ckpt::github_annotations(reports.back())) annotations.push_back(std::move(x));
         };
         auto fail = [&](const std::string& f, const std::string& message, const ckpt::Error* e) {
-            spdlog::error("{}", message);  // this file cannot be scanned: said, and the others go on
+            spdlog::error("{}", ckpt::shown(message));  // this file cannot be scanned: said, and the others go on
             failed.emplace_back(f, message);
             annotations.push_back(e ? error_annotation(*e, f) : ckpt::Annotation{"error", f, "ckpt-tool error", message});
         };
@@ -85,7 +85,7 @@ Runner setup_scan(CLI::App& sub, const GlobalOptions& global) {
                           << " skipped: no loader reads them as a checkpoint or pickle"
                           << (global.verbose ? ":" : " (-v lists them)") << "\n";
                 if (global.verbose)
-                    for (const auto& [file, why] : skipped) std::cout << "  " << file << ": " << why << "\n";
+                    for (const auto& [file, why] : skipped) std::cout << "  " << ckpt::shown(file) << ": " << ckpt::shown(why) << "\n";
             }
         }
         std::cout.flush();

@@ -89,7 +89,7 @@ Runner setup_verify(CLI::App& sub, const GlobalOptions& global) {
             } else {
                 if (format == OutputFormat::github) ckpt::render_github(ckpt::github_annotations(report), "verify", std::cout);
                 else ckpt::render_text(report, std::cout, {global.color_enabled()});
-                if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << a->write_fingerprint << "\n";
+                if (!a->write_fingerprint.empty()) std::cout << "fingerprint written to " << ckpt::shown(a->write_fingerprint) << "\n";
             }
             std::cout.flush();
             let_the_os_free(c);

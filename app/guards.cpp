@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ckpt/faults.hpp"
+#include "ckpt/report.hpp"
 
 namespace app {
 
@@ -46,22 +47,6 @@ void guard_signals() {
     ::sigaction(SIGBUS, &bus, nullptr);
 }
 
-std::string one_line(const std::string& message) {
-    std::string out;
-    out.reserve(message.size());
-    for (unsigned char c : message) {
-        if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c == 0x7f) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\x%02x", c);
-            out += buf;
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    return out;
-}
+std::string one_line(const std::string& message) { return ckpt::shown(message); }
 
 }  // namespace app

@@ -41,21 +41,30 @@ std::string human_bytes(uint64_t bytes);
 // 11689512 → "11.69 M"
 std::string human_count(uint64_t n);
 
-// ANSI colour for text reports, or nothing: paint("31", "text") is red when `on`.
 // How a text report is rendered (every command's render_text).
 struct TextStyle {
     bool color = false;
     bool verbose = false;  // -v: every row where the text otherwise summarises (strip-prefix's renames)
 };
 
+// Text from a file (a key, a record, a global, a string value) or a path as a text report shows
+// it: a name may hold what a terminal obeys (ESC sequences that recolour, retitle or move the cursor;
+// CR, LF; C1 controls; bidirectional overrides). Those are escaped — \n \r \t \e, \xNN for other
+// controls and for bytes that are not UTF-8, \u202e for U+0080–U+009F and the bidi controls — and
+// everything else is as it was. Plain text comes back as it is, with no copy made.
+std::string shown(std::string_view s);
+
+// ANSI colour, or nothing. The text it paints is shown() first: every text report prints file-borne
+// text through it or through shown() itself.
 struct Paint {
     bool on;
-    std::string operator()(const char* code, const std::string& s) const {
-        return on ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
+    std::string operator()(const char* code, std::string_view s) const {
+        return on ? std::string("\033[") + code + "m" + shown(s) + "\033[0m" : shown(s);
     }
 };
 
-// A word for the shell: as it is when it is plain, single-quoted otherwise.
+// A word for the shell: as it is when it is plain, single-quoted otherwise, and $'…' with \xNN
+// escapes when it holds control characters (so it is printable and still pastes as the same word).
 std::string shell_quote(const std::string& s);
 // The exact `ckpt-tool strip-prefix` command line that repairs `file`: strips `strip` (none: the
 // default wrapper prefixes), then adds `add`; writes beside the input as NAME_stripped.EXT.
@@ -66,7 +75,8 @@ std::string strip_prefix_command(const std::string& file, const std::string& sta
 //
 // `s` escaped as GitHub's toolkit escapes it (actions/toolkit, packages/core/src/command.ts): `%`,
 // CR and LF become `%25`, `%0D`, `%0A`; in a property value (`property`: file, title) `:` and `,`
-// too (`%3A`, `%2C`), which would otherwise end the value.
+// too (`%3A`, `%2C`), which would otherwise end the value. Other control characters, C1 controls
+// and bidi overrides as shown() writes them (a log renders ANSI sequences).
 std::string github_escape(std::string_view s, bool property);
 
 // One annotation: `level` is "error" (a finding that makes exit 1), "warning" (one that does not) or

@@ -153,7 +153,7 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
             << " (load_state_dict casts them; --strict-dtype counts them as a mismatch)\n";
     if (d.prefix_fix) {
         const PrefixFix& f = *d.prefix_fix;
-        out << paint("33", "fix:") << " " << fix_text(d, f);
+        out << paint("33", "fix:") << " " << shown(fix_text(d, f));
         out << (f.command.empty() ? "\n" : ":\n  " + paint("1", f.command) + "\n");
     }
     // Keys grouped by module (every key on its line with --all), 20 lines at most a list.
@@ -161,7 +161,7 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
     auto list = [&](const std::string& title, const std::vector<std::string>& keys, bool group, const char* color) {
         if (keys.empty()) return;
         std::vector<std::string> rows = group && !options.all ? grouped_keys(keys) : keys;
-        out << title << " (" << keys.size() << "):\n";
+        out << shown(title) << " (" << keys.size() << "):\n";
         for (size_t i = 0; i < rows.size() && i < limit; ++i) out << "  " << paint(color, rows[i]) << "\n";
         if (rows.size() > limit) out << "  … " << rows.size() - limit << " more (--all lists them)\n";
     };
@@ -194,7 +194,7 @@ void render_text(const KeyDiff& d, std::ostream& out, const TextStyle& style, co
             list("after the fix, shape mismatch", shape_rows(f.residue_shape), false, "31");
         }
     }
-    if (!d.shape_hint.empty()) out << paint("33", "hint:") << " " << d.shape_hint << "\n";
+    if (!d.shape_hint.empty()) out << paint("33", "hint:") << " " << shown(d.shape_hint) << "\n";
     std::vector<std::string> rows;
     for (const auto& s : d.dtype_mismatch) rows.push_back(s.key + ": " + s.dtype + " vs " + s.reference_dtype);
     list("dtype mismatch", rows, false, d.strict_dtype ? "31" : "2");

@@ -359,36 +359,36 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
     if (c.dist()) {
         const DistInfo& d = *c.dist();
         out << paint("1", c.path()) << ": " << d.writer;
-        if (!d.tag.empty()) out << ", tag " << d.tag << (d.latest == d.tag ? " (latest)" : d.latest.empty() ? "" : " (latest: " + d.latest + ")");
+        if (!d.tag.empty()) out << ", tag " << shown(d.tag) << (d.latest == d.tag ? " (latest)" : d.latest.empty() ? "" : " (latest: " + shown(d.latest) + ")");
         out << ", " << d.world_size << (d.world_size == 1 ? " rank" : " ranks") << ", " << d.files.size() << " files, "
             << human_bytes(c.file_size()) << "\n";
         if (d.tags.size() > 1) {
             out << "  tags:";
-            for (const auto& t : d.tags) out << " " << t;
+            for (const auto& t : d.tags) out << " " << shown(t);
             out << "\n";
         }
         out << "  merged view: " << human_count(d.elements) << " elements; `ckpt-tool merge` writes it as one file\n";
-        for (const auto& n : d.notes) out << "  " << paint("33", "note") << " " << n << "\n";
+        for (const auto& n : d.notes) out << "  " << paint("33", "note") << " " << shown(n) << "\n";
     } else if (!c.shards().empty()) {
         out << paint("1", c.path()) << ": sharded checkpoint, " << c.shards().size() << " " << format_name(c.format())
-            << " shards (" << c.shards().front() << (c.shards().size() > 1 ? " … " + c.shards().back() : "") << "), "
+            << " shards (" << shown(c.shards().front()) << (c.shards().size() > 1 ? " … " + shown(c.shards().back()) : "") << "), "
             << human_bytes(c.file_size()) << " index\n";
     } else if (c.format() == Format::safetensors) {
         out << paint("1", c.path()) << ": safetensors (header " << human_bytes(c.metadata_size()) << ", "
             << c.metadata().size() << " metadata entries), " << human_bytes(c.file_size()) << "\n";
-        for (const auto& [k, v] : c.metadata()) out << "  " << k << ": " << v << "\n";
+        for (const auto& [k, v] : c.metadata()) out << "  " << shown(k) << ": " << shown(v) << "\n";
     } else if (c.format() == Format::torch_export) {
-        out << paint("1", c.path()) << ": torch.export archive (schema " << c.version()
+        out << paint("1", c.path()) << ": torch.export archive (schema " << shown(c.version())
             << "; its state dict and constants are read, the program is not), " << human_bytes(c.file_size()) << "\n";
     } else if (c.format() == Format::legacy) {
         out << paint("1", c.path()) << ": legacy torch format (protocol 1001, " << c.byteorder() << "-endian";
-        for (const auto& [name, size] : c.type_sizes()) out << ", " << name << " " << size;
+        for (const auto& [name, size] : c.type_sizes()) out << ", " << shown(name) << " " << size;
         out << "; torch < 1.6 or _use_new_zipfile_serialization=False), " << human_bytes(c.file_size()) << "\n";
     } else {
         std::string fmt = c.format() == Format::torchscript ? "TorchScript zip" : "torch zip";
-        out << paint("1", c.path()) << ": " << fmt << " (root " << c.zip_root() << ", " << c.byteorder()
+        out << paint("1", c.path()) << ": " << fmt << " (root " << shown(c.zip_root()) << ", " << shown(c.byteorder())
             << "-endian";
-        if (!c.version().empty()) out << ", version " << c.version();
+        if (!c.version().empty()) out << ", version " << shown(c.version());
         if (c.compressed_records()) out << ", " << c.compressed_records() << " compressed records";
         out << "), " << human_bytes(c.file_size()) << "\n";
     }
@@ -397,7 +397,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
     if (sd.kind == StateDictKind::none) {
         out << "state dict: none found\n";
     } else {
-        std::string where = sd.path.empty() ? "top level" : "\"" + sd.path + "\"";
+        std::string where = sd.path.empty() ? "top level" : "\"" + shown(sd.path) + "\"";
         if (sd.kind == StateDictKind::module) where += " (a pickled nn.Module)";
         if (sd.kind == StateDictKind::tree) where += " (TorchScript attributes)";
         out << "state dict: " << where << ", " << r.state_dict_totals.tensors << " tensors, "
@@ -415,7 +415,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         size_t wk = 3, wd = 5, ws = 5;
         for (const auto* row : rows) {
             const TensorInfo& t = c.tensors()[row->tensor];
-            wk = std::max(wk, width(std::string(by_name ? *row->name : row->key)) + (row->shared ? 2 : 0));
+            wk = std::max(wk, width(shown(by_name ? *row->name : row->key)) + (row->shared ? 2 : 0));
             wd = std::max(wd, dtype_name(t.dtype).size());
             ws = std::max(ws, width(tensor_shape_text(c, t)));
         }
@@ -429,7 +429,7 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         bool any_shared = false;
         auto line = [&](const TensorRow* row) {
             const TensorInfo& t = c.tensors()[row->tensor];
-            std::string k = std::string(by_name ? *row->name : row->key) + (row->shared ? " *" : "");
+            std::string k = shown(by_name ? *row->name : row->key) + (row->shared ? " *" : "");
             any_shared = any_shared || row->shared;
             out << "  " << pad(k, wk) << "  " << pad(std::string(dtype_name(t.dtype)), wd) << "  "
                 << pad(tensor_shape_text(c, t), ws) << "  " << human_bytes(c.tensor_bytes(t)) << "\n";
@@ -470,29 +470,29 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         section();
         out << paint("1", o.key.empty() ? "optimizer" : o.key) << ": " << o.param_groups
             << (o.param_groups == 1 ? " param group" : " param groups");
-        if (!o.hyperparameters.empty()) out << " (" << o.hyperparameters << ")";
+        if (!o.hyperparameters.empty()) out << " (" << shown(o.hyperparameters) << ")";
         out << ", state for " << o.states << " of " << o.params << " params";
         if (!o.state_fields.empty()) {
             out << " (";
-            for (size_t i = 0; i < o.state_fields.size(); ++i) out << (i ? ", " : "") << o.state_fields[i];
+            for (size_t i = 0; i < o.state_fields.size(); ++i) out << (i ? ", " : "") << shown(o.state_fields[i]);
             out << ")";
         }
         out << "\n";
     }
-    size_t shown = 0, skipped = 0;
+    size_t values = 0, skipped = 0;
     for (const auto& o : r.objects) {
         bool in_optimizer = false;
         for (const auto& opt : r.optimizers)
             in_optimizer = in_optimizer || opt.key.empty() || o.key == opt.key ||
                            o.key.rfind(opt.key + ".", 0) == 0;
         if (in_optimizer) continue;
-        if (!r.options.all && shown >= 30) {
+        if (!r.options.all && values >= 30) {
             ++skipped;
             continue;
         }
         section();
-        out << paint("1", o.key.empty() ? "(root)" : o.key) << ": " << o.repr << "\n";
-        ++shown;
+        out << paint("1", o.key.empty() ? "(root)" : o.key) << ": " << shown(o.repr) << "\n";
+        ++values;
     }
     if (skipped) out << paint("2", "… " + std::to_string(skipped) + " more values (--all lists every one)") << "\n";
 
@@ -502,13 +502,13 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
     }
 
     for (const auto& h : r.hints) {
-        out << "\n" << paint("33", "hint: ") << h.message;
-        if (!h.command.empty()) out << "; to repair:\n      " << h.command;
+        out << "\n" << paint("33", "hint: ") << shown(h.message);
+        if (!h.command.empty()) out << "; to repair:\n      " << shown(h.command);
         out << "\n";
     }
     if (!r.warnings.empty()) out << "\n";
     for (const auto& w : r.warnings)
-        out << paint(w.kind == "dangerous_global" ? "31;1" : "31", "warning: ") << w.message << "\n";
+        out << paint(w.kind == "dangerous_global" ? "31;1" : "31", "warning: ") << shown(w.message) << "\n";
 }
 
 }  // namespace ckpt

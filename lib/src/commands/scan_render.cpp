@@ -128,14 +128,14 @@ void render_text(const ScanReport& r, std::ostream& out, const TextStyle& style,
     for (const auto& f : r.findings) {
         bool danger = f.severity == GlobalClass::dangerous;
         out << "  " << (danger ? paint("31", "dangerous") : paint("33", "unknown  ")) << "  "
-            << (f.global.empty() ? kind_text(f.kind).title : f.global) << "  (" << where(f.record, f.offset, f.opcode) << ")\n"
-            << "             " << (f.kind == "global" ? f.message.substr(f.global.size() + 2) : f.message) << "\n";
+            << shown(f.global.empty() ? kind_text(f.kind).title : f.global) << "  (" << shown(where(f.record, f.offset, f.opcode)) << ")\n"
+            << "             " << shown(f.kind == "global" ? f.message.substr(f.global.size() + 2) : f.message) << "\n";
     }
     if (verbose) {
         for (const auto& g : r.globals)
             if (global_is_known(g.cls))
-                out << "  " << paint("32", global_class_name(g.cls)) << "  " << g.global << "  (" << g.rule << ": " << g.reason << ")\n";
-        for (const auto& n : r.notes) out << "  note  " << n.message << "  (" << where(n.record, n.offset, "") << ")\n";
+                out << "  " << paint("32", global_class_name(g.cls)) << "  " << shown(g.global) << "  (" << g.rule << ": " << shown(g.reason) << ")\n";
+        for (const auto& n : r.notes) out << "  note  " << shown(n.message) << "  (" << shown(where(n.record, n.offset, "")) << ")\n";
     } else if (!r.notes.empty()) {
         out << "  " << r.notes.size() << " note" << (r.notes.size() == 1 ? "" : "s") << " (-v shows them, --json lists them)\n";
     }

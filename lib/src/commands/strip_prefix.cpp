@@ -574,16 +574,16 @@ void render_text(const StripPrefixReport& r, std::ostream& out, const TextStyle&
         counts += ", and " + std::to_string(o.renamed.size()) + " of " + std::to_string(o.keys) + " in " + in_quotes(o.state_dict_key) +
                   " (the same prefix)";
     if (r.dry_run) {
-        out << paint("1", r.file) << ": dry run: would rename " << counts << "; nothing written\n";
+        out << paint("1", r.file) << ": dry run: would rename " << shown(counts) << "; nothing written\n";
     } else {
-        out << paint("1", r.file) << " → " << paint("1", r.output) << ": renamed " << counts << "; "
+        out << paint("1", r.file) << " → " << paint("1", r.output) << ": renamed " << shown(counts) << "; "
             << r.records << " records, " << human_bytes(r.bytes_written) << " written\n";
     }
     // A few renames show the rule (an LLM's thousand keys were a thousand lines); -v and --dry-run
     // list every one, --json has them all.
     size_t limit = r.dry_run || style.verbose ? r.plan.renamed.size() : 3;
     for (size_t i = 0; i < r.plan.renamed.size() && i < limit; ++i)
-        out << "  " << r.plan.renamed[i].from << paint("2", " → ") << paint("32", std::string(r.plan.renamed[i].to)) << "\n";
+        out << "  " << shown(r.plan.renamed[i].from) << paint("2", " → ") << paint("32", r.plan.renamed[i].to) << "\n";
     if (r.plan.renamed.size() > limit)
         out << "  … " << r.plan.renamed.size() - limit << " more, the same way (-v lists every rename, --json has them all)\n";
 }

@@ -84,18 +84,18 @@ void render_text(const VerifyReport& r, std::ostream& out, const TextStyle& styl
     if (r.reference)
         out << "; " << (r.options.exact ? std::string("exact content") : "rtol " + repr_float(r.options.rtol) + ", atol " + repr_float(r.options.atol));
     out << "\n";
-    std::unordered_map<std::string, size_t> shown;
+    std::unordered_map<std::string, size_t> by_kind;
     for (const auto& f : r.findings) {
-        if (++shown[f.kind] > 20) continue;
+        if (++by_kind[f.kind] > 20) continue;
         const char* color = f.kind == "drift" || f.kind == "nan" || f.kind == "inf" ? "33" : "31";
-        out << "  " << paint(color, f.kind) << "  " << f.message << "\n";
+        out << "  " << paint(color, f.kind) << "  " << shown(f.message) << "\n";
     }
-    for (const auto& [kind, n] : shown)
+    for (const auto& [kind, n] : by_kind)
         if (n > 20) out << "  … " << n - 20 << " more " << kind << " findings (--json lists all)\n";
-    for (const auto& n : r.notes) out << "note: " << n << "\n";
-    if (shown.count("missing") && shown.count("extra"))
-        out << "note: the key sets differ; `ckpt-tool diff-keys " << shell_quote(r.file) << " "
-            << shell_quote(*r.reference) << "` finds the prefix change that fixes them\n";
+    for (const auto& n : r.notes) out << "note: " << shown(n) << "\n";
+    if (by_kind.count("missing") && by_kind.count("extra"))
+        out << "note: the key sets differ; `ckpt-tool diff-keys " << shown(shell_quote(r.file)) << " "
+            << shown(shell_quote(*r.reference)) << "` finds the prefix change that fixes them\n";
 }
 
 namespace {

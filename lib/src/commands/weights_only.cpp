@@ -205,7 +205,7 @@ void render_weights_only(const std::vector<WeightsOnlyAnswer>& answers, std::ost
             continue;
         }
         out << " (";
-        for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << a.blockers[k].name;
+        for (size_t k = 0; k < a.blockers.size() && k < 4; ++k) out << (k ? ", " : "") << shown(a.blockers[k].name);
         if (a.blockers.size() > 4) out << ", … " << a.blockers.size() - 4 << " more";
         out << ")";
         if (fix.empty()) fix = a.fix;

@@ -53,7 +53,90 @@ std::string human_count(uint64_t n) {
 
 
 
+namespace {
+// The length of the UTF-8 sequence at s[i] (1–4), 0 when it is not one: a stray continuation byte,
+// an overlong form, a surrogate, past U+10FFFF, or cut short.
+size_t utf8_length(std::string_view s, size_t i, uint32_t& cp) {
+    auto b = static_cast<unsigned char>(s[i]);
+    size_t n = b < 0x80 ? 1 : (b & 0xe0) == 0xc0 ? 2 : (b & 0xf0) == 0xe0 ? 3 : (b & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    cp = n == 1 ? b : n == 2 ? (b & 0x1fu) : n == 3 ? (b & 0x0fu) : (b & 0x07u);
+    for (size_t k = 1; k < n; ++k) {
+        auto c = static_cast<unsigned char>(s[i + k]);
+        if ((c & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (c & 0x3fu);
+    }
+    static const uint32_t k_least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < k_least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+bool hidden(uint32_t cp) {
+    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e || cp == 0x200f || cp == 0x061c;
+}
+}  // namespace
+
+std::string shown(std::string_view s) {
+    size_t i = 0;
+    for (; i < s.size(); ++i) {
+        auto b = static_cast<unsigned char>(s[i]);
+        if (b < 0x20 || b >= 0x7f) break;
+    }
+    if (i == s.size()) return std::string(s);
+    std::string out(s.substr(0, i));
+    char buf[16];
+    while (i < s.size()) {
+        uint32_t cp = 0;
+        size_t n = utf8_length(s, i, cp);
+        if (n == 0) {
+            std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i]));
+            out += buf;
+            ++i;
+            continue;
+        }
+        if (!hidden(cp)) {
+            out.append(s.substr(i, n));
+        } else if (cp == '\n') {
+            out += "\\n";
+        } else if (cp == '\r') {
+            out += "\\r";
+        } else if (cp == '\t') {
+            out += "\\t";
+        } else if (cp == 0x1b) {
+            out += "\\e";
+        } else if (cp < 0x80) {
+            std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+            out += buf;
+        } else {
+            std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+            out += buf;
+        }
+        i += n;
+    }
+    return out;
+}
+
 std::string shell_quote(const std::string& s) {
+    bool control = false;
+    for (char ch : s) control = control || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+    if (control) {  // bash's $'…': printable, and the same bytes when pasted
+        std::string out = "$'";
+        char buf[8];
+        for (char ch : s) {
+            auto b = static_cast<unsigned char>(ch);
+            if (b < 0x20 || b == 0x7f) {
+                std::snprintf(buf, sizeof buf, "\\x%02x", b);
+                out += buf;
+            } else if (ch == '\'' || ch == '\\') {
+                out += '\\';
+                out += ch;
+            } else {
+                out += ch;
+            }
+        }
+        return out + "'";
+    }
     bool plain = !s.empty();
     for (char ch : s)
         plain = plain && (isalnum(static_cast<unsigned char>(ch)) ||
@@ -88,13 +171,20 @@ std::string strip_prefix_command(const std::string& file, const std::string& sta
 std::string github_escape(std::string_view s, bool property) {
     std::string out;
     out.reserve(s.size());
-    for (char ch : s) {
-        if (ch == '%') out += "%25";
-        else if (ch == '\r') out += "%0D";
-        else if (ch == '\n') out += "%0A";
-        else if (property && ch == ':') out += "%3A";
-        else if (property && ch == ',') out += "%2C";
-        else out += ch;
+    // CR and LF as the toolkit writes them; in between, the text as shown() writes it (a log
+    // renders ANSI sequences), then the toolkit's escapes of what remains.
+    for (size_t at = 0; at <= s.size();) {
+        size_t end = s.find_first_of("\r\n", at);
+        if (end == std::string_view::npos) end = s.size();
+        for (char ch : shown(s.substr(at, end - at))) {
+            if (ch == '%') out += "%25";
+            else if (property && ch == ':') out += "%3A";
+            else if (property && ch == ',') out += "%2C";
+            else out += ch;
+        }
+        if (end == s.size()) break;
+        out += s[end] == '\r' ? "%0D" : "%0A";
+        at = end + 1;
     }
     return out;
 }

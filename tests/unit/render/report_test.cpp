@@ -33,17 +33,38 @@ std::vector<std::string> lines(const std::string& s) {
 }
 }  // namespace
 
+TEST_CASE("shown: what a terminal would obey is escaped, everything else kept") {
+    CHECK(shown("conv1.weight") == "conv1.weight");
+    CHECK(shown("layers.0.w×2 é ✓") == "layers.0.w×2 é ✓");  // UTF-8 text is text
+    CHECK(shown("a\x1b[31mred\x1b]0;title\x07") == "a\\e[31mred\\e]0;title\\x07");
+    CHECK(shown("x\ny\rz\t") == "x\\ny\\rz\\t");
+    CHECK(shown(std::string("nul\0!", 5)) == "nul\\x00!");
+    CHECK(shown("del\x7f") == "del\\x7f");
+    CHECK(shown("c1\xc2\x9b" "31m") == "c1\\u009b31m");           // U+009B, the 8-bit CSI
+    CHECK(shown("ab\xe2\x80\xae" "cd") == "ab\\u202ecd");           // RIGHT-TO-LEFT OVERRIDE
+    CHECK(shown("bad\xff\xc3") == "bad\\xff\\xc3");                 // not UTF-8: a stray byte, a cut sequence
+    CHECK(shown("\xc0\xaf") == "\\xc0\\xaf");                       // an overlong '/'
+    CHECK(shown("\xed\xa0\x80") == "\\xed\\xa0\\x80");              // a surrogate
+}
+
+TEST_CASE("shell_quote: a word with control characters is $'…', printable and the same word") {
+    CHECK(shell_quote("model.pth") == "model.pth");
+    CHECK(shell_quote("my model.pth") == "'my model.pth'");
+    CHECK(shell_quote("a\nb'c\\") == "$'a\\x0ab\\'c\\\\'");
+}
+
 TEST_CASE("github_escape: data and property values as actions/toolkit escapes them") {
     CHECK(github_escape("", false) == "");
     CHECK(github_escape("conv1.weight", true) == "conv1.weight");
     CHECK(github_escape("a%b\r\nc:d,e", false) == "a%25b%0D%0Ac:d,e");
     CHECK(github_escape("a%b\r\nc:d,e", true) == "a%25b%0D%0Ac%3Ad%2Ce");
+    CHECK(github_escape("k\x1b[2J\xe2\x80\xae\n", false) == "k\\e[2J\\u202e%0A");
     // An input that already looks escaped is escaped again, so it comes back as it was.
     CHECK(github_escape("%0A%25", false) == "%250A%2525");
     CHECK(github_escape("::error::", false) == "::error::");
     CHECK(github_escape("::error::", true) == "%3A%3Aerror%3A%3A");
-    // Bytes past ASCII (UTF-8 "×", a lone 0xff) pass unchanged.
-    CHECK(github_escape("64×3 \xff", true) == "64×3 \xff");
+    // UTF-8 text ("×") passes unchanged; a byte that is no UTF-8 (a lone 0xff) is shown as \xff.
+    CHECK(github_escape("64×3 \xff", true) == "64×3 \\xff");
     for (const std::string nasty : {"layer,1:w%eight\n", "%%0A\r\n,,::", "\n", "%", "a\rb", "model.x%3Ay"}) {
         INFO(nasty);
         std::string data = github_escape(nasty, false), prop = github_escape(nasty, true);
