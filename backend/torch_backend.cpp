@@ -16,6 +16,19 @@ void set_error(char* err, size_t size, const std::string& what) {
     std::snprintf(err, size, "%s", what.c_str());
 }
 
+// The first line of LibTorch's message that says something (some begin with a newline).
+std::string first_line(const std::string& what) {
+    size_t at = 0;
+    while (at < what.size()) {
+        size_t end = what.find('\n', at);
+        if (end == std::string::npos) end = what.size();
+        std::string line = what.substr(at, end - at);
+        if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
+        at = end + 1;
+    }
+    return "no message";
+}
+
 // torch's dtype names without "torch."; the scalar types the core knows.
 const char* dtype_name(c10::ScalarType t) {
     switch (t) {
@@ -71,8 +84,7 @@ int load_torchscript(const char* path, int with_values, void* ctx, ckpt_torch_te
         for (const auto& b : m.named_buffers(/*recurse=*/true)) emit(b.name, b.value, with_values, ctx, fn);
         return 0;
     } catch (const std::exception& e) {
-        std::string what = e.what();
-        set_error(err, err_size, "torch::jit::load: " + what.substr(0, what.find('\n')));
+        set_error(err, err_size, "torch::jit::load: " + first_line(e.what()));
         return 1;
     }
 }

@@ -28,7 +28,7 @@ def test_install(s, args):
     r = run("cmake", "--install", args.build, "--prefix", prefix)
     if not s.check(r.returncode == 0, "cmake --install exit %d: %s" % (r.returncode, r.stderr.strip())):
         return
-    for f in ("bin/ckpt-tool", "lib/ckpt-tool/libckpt-torch.so", "include/ckpt/checkpoint.hpp",
+    for f in ("bin/ckpt-tool", "lib/ckpt-tool/libckpt-torch.so", "lib/ckpt-tool/ckpt-torch-load", "include/ckpt/checkpoint.hpp",
               "include/ckpt/inspect.hpp", "lib/libckpt.a", "lib/cmake/ckpt/ckptConfig.cmake",
               "lib/cmake/ckpt/ckptConfigVersion.cmake", "lib/cmake/ckpt/ckptTargets.cmake"):
         s.check(os.path.exists(os.path.join(prefix, f)), "installed: %s" % f)
@@ -49,6 +49,15 @@ def test_install(s, args):
     if s.check(c.returncode == 0, "installed tool: convert --dtype bfloat16 exit %d %s" % (c.returncode, c.stderr.strip())):
         sd = torch.load(out, weights_only=True)
         s.check(any(t.dtype == torch.bfloat16 for t in sd.values()), "installed tool: the cast output holds bfloat16")
+
+    # A TorchScript reference is read by the helper installed beside the backend.
+    ts = s.path("model.ts.pt")
+    lin = torch.nn.Linear(3, 2)
+    torch.jit.save(torch.jit.script(lin), ts)
+    sd = s.path("lin.pth")
+    torch.save(lin.state_dict(), sd)
+    d = run(tool, "diff-keys", sd, ts, env=env)
+    s.check(d.returncode == 0, "installed tool: diff-keys against TorchScript exit %d %s" % (d.returncode, d.stderr.strip()))
 
     check_man_page(s, prefix, tool, env)
     check_completion(s, prefix, args.build)

@@ -429,8 +429,13 @@ def test_no_libtorch(s):
                  ["strip-prefix", s.path("model.pth"), "--add-prefix", "module.", "--dry-run"]):
         rc, loaded = libtorch_loaded(s, *args)
         s.check(rc == 0 and not loaded, "%s: exit %d, LibTorch mapped: %s" % (args[0], rc, loaded))
+    # A cast loads it (the check must be able to see it); a TorchScript reference is read by the
+    # helper ckpt-torch-load in a process of its own, so the tool itself still maps none.
+    rc, loaded = libtorch_loaded(s, "convert", s.path("model.pth"), "-o", s.path("cast.pth"), "--dtype", "bfloat16",
+                                 "--weights-only", "--force")
+    s.check(rc == 0 and loaded, "convert --dtype should load LibTorch (the check must be able to see it)")
     rc, loaded = libtorch_loaded(s, "diff-keys", s.path("own.pth"), s.path("model.ts.pt"))
-    s.check(rc == 0 and loaded, "diff-keys against TorchScript should load LibTorch (the check must be able to see it)")
+    s.check(rc == 0 and not loaded, "diff-keys against TorchScript: exit %d, LibTorch mapped in the tool: %s" % (rc, loaded))
     # Without the backend beside the binary: a clear one-line error naming the file, exit 2; the
     # commands that do not need it still work.
     lonely = os.path.join(s.work, "no-backend")

@@ -134,7 +134,9 @@ KeySet read_key_set(const std::string& path, const OpenOptions& open) {
         if (auto j = read_json_file(path)) return read_manifest(path, *j);
     std::unique_ptr<Checkpoint> c = Checkpoint::open(path, open);
     if (c->format() != Format::torchscript) return key_set_of(*c);
-    // A TorchScript model: its named parameters and buffers as torch::jit::load gives them.
+    // A TorchScript model: its named parameters and buffers as torch::jit::load gives them, in a
+    // process of its own (torchscript_tensors); a damaged archive never reaches it.
+    refuse_damaged_torchscript(*c, path);
     KeySet ks;
     ks.path = path;
     ks.kind = "torchscript";

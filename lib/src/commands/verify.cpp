@@ -189,7 +189,10 @@ Fingerprint reference_fingerprint(const VerifyOptions& o, bool& is_fingerprint_f
     is_fingerprint_file = from_file.has_value();
     if (from_file) return std::move(*from_file);
     std::unique_ptr<Checkpoint> r = Checkpoint::open(path, o.reference_open);
-    if (r->format() == Format::torchscript) return torchscript_fingerprint(path);  // torch::jit::load is the authority
+    if (r->format() == Format::torchscript) {
+        refuse_damaged_torchscript(*r, path);
+        return torchscript_fingerprint(path);  // torch::jit::load is the authority
+    }
     if (!r->problems().empty())
         throw Error(ErrorKind::corrupt, path, "the reference is damaged: " + r->problems().front().message + " (verify it on its own)");
     FingerprintOptions so;

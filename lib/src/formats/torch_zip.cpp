@@ -16,6 +16,34 @@ using text::starts_with;
 
 bool sniff_torch_zip(ByteView bytes) { return ZipArchive::sniff(bytes); }
 
+namespace {
+
+// TorchScript's constants.pkl is unpickled by torch::jit::load, whose unpickler trusts the stack:
+// a TUPLE2 over one item, a BUILD or NEWOBJ on an empty stack corrupts its heap (SIGABRT, SIGSEGV).
+// The archive is read by this VM first, so such a file is a problem named here, and the commands that
+// would hand it to LibTorch (a TorchScript reference) refuse it instead.
+void check_constants(Checkpoint::Contents& c, const std::string& prefix, const OpenOptions& options) {
+    const ZipEntry* e = c.zip->find(prefix + "constants.pkl");
+    if (!e) return;
+    std::string record(e->name);
+    try {
+        RecordData d = c.zip->record_data(*e);
+        ValueArena arena;
+        std::vector<StorageInfo> storages;
+        std::vector<TensorInfo> tensors;
+        std::vector<GlobalRef> globals;
+        std::vector<Problem> problems;
+        TorchHooks hooks(arena, storages, tensors, globals, problems, record);
+        run_pickle(d.view(), arena, hooks, record, 0, options.pickle_limits);
+    } catch (const Error& err) {
+        std::string why = err.message();
+        if (why.rfind(record + ": ", 0) == 0) why.erase(0, record.size() + 2);
+        c.problems.push_back({"malformed_record", record, record + " is no well-formed pickle: " + why});
+    }
+}
+
+}  // namespace
+
 void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
     c.zip = std::make_unique<ZipArchive>(ZipArchive::open(c.bytes()));
     const auto& entries = c.zip->entries();
@@ -87,6 +115,7 @@ void read_torch_zip(Checkpoint::Contents& c, const OpenOptions& options) {
                                 options.pickle_limits, c.trace.get(), &progress);
     behind.done();
     hooks.finish();
+    if (c.format == Format::torchscript) check_constants(c, prefix, options);
     c.root = r.root;
     c.protocol = r.protocol;
     c.pickle_opcodes = std::move(r.first_opcodes);

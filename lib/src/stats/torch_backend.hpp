@@ -12,6 +12,8 @@ struct ckpt_torch_api;
 
 namespace ckpt {
 
+class Checkpoint;
+
 struct NamedTensor {
     std::string name, dtype;
     std::vector<int64_t> shape;
@@ -35,8 +37,6 @@ public:
     const std::string& path() const { return m_path; }
     std::string torch_version() const;
 
-    // torch::jit::load: named parameters, then named buffers. Throws Error(format) naming `path`.
-    std::vector<NamedTensor> torchscript_tensors(const std::string& path, bool with_values) const;
     // ATen's float64 statistics of a tensor over its storage bytes (the test oracle).
     AtenStats stats(DType dtype, const std::vector<int64_t>& shape, const std::vector<int64_t>& stride,
                     int64_t offset, ByteView storage) const;
@@ -50,8 +50,15 @@ private:
     std::string m_path;
 };
 
-// TorchBackend::get().torchscript_tensors, with errors naming `path`.
+// torch::jit::load(path): named parameters, then named buffers. Run by the helper ckpt-torch-load
+// (beside the backend) in a process of its own, its answer read from a pipe: LibTorch's unpickler
+// trusts what it reads, and a malformed archive that crashes it is an Error(format) naming `path`
+// here, never a crash of the tool. This process does not load LibTorch for it.
 std::vector<NamedTensor> torchscript_tensors(const std::string& path, bool with_values);
+
+// Throws Error(corrupt) naming `path` when the TorchScript archive `c` has problems (a constants.pkl
+// this VM cannot run, a record out of bounds): such an archive is never handed to torch::jit::load.
+void refuse_damaged_torchscript(const Checkpoint& c, const std::string& path);
 
 // A TorchScript model's parameters and buffers as a fingerprint (values through the backend,
 // statistics by the core, like any other tensor).
