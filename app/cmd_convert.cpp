@@ -32,6 +32,8 @@ Runner setup_convert(CLI::App& sub, const GlobalOptions& global) {
                  "pth → pth: write just the state dict of a training checkpoint (optimizer, args … dropped, and listed); "
                  "without it pth → pth keeps the whole checkpoint");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
+    sub.add_flag("--allow-expansion", r.allow_expansion,
+                 "Write an output more than 1000 times the input (views that repeat elements, torch's expand, written out in full)");
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/convert.schema.json)");
     return [a, &global]() {

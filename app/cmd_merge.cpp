@@ -37,6 +37,8 @@ Runner setup_merge(CLI::App& sub, const GlobalOptions& global) {
     sub.add_option("--state-dict-key", a->state_dict_key, "Dotted path of the state dict (default: detected)");
     sub.add_flag("--dry-run", r.dry_run, "Say what would be written; write nothing");
     sub.add_flag("--no-verify", a->no_verify, "Do not read the output back and compare every tensor's content hash");
+    sub.add_flag("--allow-expansion", r.allow_expansion,
+                 "Write an output more than 1000 times the input (views that repeat elements, torch's expand, written out in full)");
     sub.add_flag("--force", r.force, "Overwrite OUT if it exists");
     sub.add_flag("--json", a->json, "One JSON object on stdout (docs/schema/merge.schema.json)");
     return [a, &global]() {

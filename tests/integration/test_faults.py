@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import time
+import zipfile
 
 import torch
 
@@ -220,6 +221,174 @@ def test_bounded(s_):
              "stale temporary: exit %d, still there %s, stderr %r" % (r.returncode, os.path.exists(stale), r.stderr))
 
 
+def rezip(src, dst, replace):
+    """`src`, a zip, written to `dst` with the members named in `replace` (by their suffix) swapped."""
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as o:
+        for n in z.namelist():
+            data = z.read(n)
+            for suffix, new in replace.items():
+                if n.endswith(suffix):
+                    data = new
+            o.writestr(n, data)
+
+
+def test_torchscript_reference(s_):
+    """A TorchScript reference whose constants.pkl crashes LibTorch's unpickler (measured with torch
+    1.13's own torch.jit.load: TUPLE2 over one item is `free(): invalid size`, SIGABRT; BUILD on an
+    empty stack SIGSEGV) is refused by the tool's reader before LibTorch sees it; and whatever does
+    crash LibTorch takes down only the helper process: exit 2, one line naming the file."""
+    w = s_.path("torchscript")
+    os.makedirs(w)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = torch.nn.Linear(3, 4)
+
+        def forward(self, x):
+            return self.l(x) + torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    good = os.path.join(w, "good.ts.pt")
+    torch.jit.save(torch.jit.trace(Net(), torch.ones(2, 3)), good)
+    ck = os.path.join(w, "ck.pth")
+    torch.save(Net().state_dict(), ck)
+    r = run(s_, "diff-keys", ck, good)
+    s_.check(r.returncode == 0, "diff-keys against a sound TorchScript model: exit %d %r" % (r.returncode, r.stderr))
+    for name, pkl in (("tuple2", b"\x80\x02K\x01\x86."), ("build", b"\x80\x02b."), ("newobj", b"\x80\x02\x81."),
+                      ("tuple3", b"\x80\x02\x87.")):
+        bad = os.path.join(w, "bad_%s.ts.pt" % name)
+        rezip(good, bad, {"/constants.pkl": pkl})
+        before = digest(bad)
+        # (torch itself crashes on these: proven once here, in a child of its own.)
+        if name == "tuple2":
+            p = subprocess.run(["/usr/bin/python3", "-c", "import torch,sys; torch.jit.load(sys.argv[1])", bad],
+                               capture_output=True, timeout=120)
+            s_.check(p.returncode < 0, "torch.jit.load itself dies on %s: returncode %d" % (name, p.returncode))
+        for cmd in (["diff-keys", ck, bad], ["verify", ck, bad]):
+            r = run(s_, *cmd)
+            refused(s_, "%s against %s" % (cmd[0], name), r, "constants.pkl")
+            s_.check(bad in r.stderr, "%s: the error names the reference: %r" % (cmd[0], r.stderr))
+        s_.check(digest(bad) == before, "%s: the reference is unchanged" % name)
+
+    # A backend that crashes in torch::jit::load (as LibTorch would on what the reader passes): the
+    # helper dies, the tool says so. The fake backend is built here, the real helper beside it.
+    helper = os.path.join(os.path.dirname(s_.tool), "ckpt-torch-load")
+    if not os.path.exists(helper):
+        s_.check(False, "ckpt-torch-load is built beside the tool")
+        return
+    fake = os.path.join(w, "fake")
+    os.makedirs(fake)
+    shutil.copy(helper, os.path.join(fake, "ckpt-torch-load"))
+    src = os.path.join(fake, "crash.c")
+    with open(src, "w") as f:
+        f.write(r"""
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+typedef struct { int version; const char* torch_version; void* load; void* stats; void* cast; } api_t;
+static int load(const char* path, int v, void* ctx, void* fn, char* err, size_t n) { raise(SIGSEGV); return 1; }
+static const api_t api = {%d, "crash", (void*)load, 0, 0};
+const api_t* ckpt_torch_backend(void) { return &api; }
+""" % api_version())
+    so = os.path.join(fake, "libckpt-torch.so")
+    cc = subprocess.run(["cc", "-shared", "-fPIC", "-o", so, src], capture_output=True, text=True)
+    s_.check(cc.returncode == 0, "the crashing backend builds: %s" % cc.stderr)
+    env = dict(os.environ, CKPT_TORCH_BACKEND=so)
+    r = run(s_, "diff-keys", ck, good, env=env)
+    refused(s_, "diff-keys with a backend that crashes", r, "SIGSEGV")
+    s_.check(good in r.stderr and "crashed" in r.stderr, "the crash is named with the file: %r" % r.stderr)
+
+
+def api_version():
+    with open(os.path.join(ROOT, "lib", "src", "stats", "torch_backend_api.h")) as f:
+        for line in f:
+            if line.startswith("#define CKPT_TORCH_API_VERSION"):
+                return int(line.split()[2])
+    raise RuntimeError("no CKPT_TORCH_API_VERSION")
+
+
+def test_expanded_views(s_):
+    """torch's expand (stride 0) makes 10^12 elements of 4 stored bytes: verify's statistics are the
+    stored elements' scaled (the same numbers torch gives, in milliseconds), NaN found where torch
+    has it, and a writer refuses an output a thousand times its input unless --allow-expansion."""
+    w = s_.path("expanded")
+    os.makedirs(w)
+    huge = os.path.join(w, "huge.pth")
+    torch.save({"big": torch.ones(1).expand(10**6, 10**6), "w": torch.randn(3)}, huge)
+    # Within torch's reach to check: 3 × 10^7 elements from 3 stored (past the read-in-full bound).
+    mid = torch.tensor([[0.5], [-2.0], [3.25]]).expand(3, 10**7)
+    rows = torch.tensor([1.0, float("nan"), 2.0]).reshape(3, 1).expand(3, 10**7)
+    src = os.path.join(w, "mid.pth")
+    torch.save({"mid": mid, "rows": rows}, src)
+    before = digest(huge)
+    for cmd in (["verify", huge], ["verify", huge, "--write-fingerprint", os.path.join(w, "fp.json")]):
+        r = run(s_, *cmd, timeout=60)
+        s_.check(r.returncode == 0, "%s: exit %d %r" % (" ".join(cmd[:1]), r.returncode, r.stderr))
+    with open(os.path.join(w, "fp.json")) as f:
+        big = [t for t in json.load(f)["tensors"] if t["key"] == "big"][0]
+    s_.check(big["count"] == 10**12 and big["mean"] == 1.0 and abs(big["l2"] - 1e6) < 1e-6 and big["std"] == 0.0,
+             "the expanded tensor's statistics: %r" % big)
+    r = run(s_, "verify", src, "--json", "--write-fingerprint", os.path.join(w, "mid.json"))
+    with open(os.path.join(w, "mid.json")) as f:
+        got = {t["key"]: t for t in json.load(f)["tensors"]}
+    m = mid.double()
+    want = {"mean": m.mean().item(), "std": m.std().item(), "l2": m.norm().item(), "abs_mean": m.abs().mean().item()}
+    for k, v in want.items():
+        s_.check(abs(got["mid"][k] - v) <= 1e-9 * max(1.0, abs(v)), "mid %s: %r, torch %r" % (k, got["mid"][k], v))
+    s_.check(got["rows"]["nan"] == 10**7, "rows: NaN counted once per repeat: %r" % got["rows"]["nan"])
+    report = json.loads(r.stdout)
+    nan = [f for f in report["findings"] if f["kind"] == "nan"]
+    s_.check(r.returncode == 1 and nan and "[1, 0]" in nan[0]["message"],
+             "the first NaN is where torch has it, [1, 0]: %r" % nan)
+    # Writers: refused (one line naming the tensor), nothing written; asked, mid.pth's 360 MB is written.
+    for out in ("o.safetensors", "o.pth"):
+        target = os.path.join(w, out)
+        args = ["convert", huge, "-o", target] + (["--weights-only"] if out.endswith(".pth") else [])
+        r = run(s_, *args, timeout=60)
+        refused(s_, "convert to " + out, r, "--allow-expansion")
+        s_.check("big" in r.stderr and not os.path.exists(target) and not temporaries(w),
+                 "%s: names the tensor, writes nothing: %r" % (out, r.stderr))
+    r = run(s_, "convert", huge, "-o", os.path.join(w, "whole.pth"))
+    s_.check(r.returncode == 0 and os.path.getsize(os.path.join(w, "whole.pth")) < 4096,
+             "pth → pth keeps the view a view: exit %d %r" % (r.returncode, r.stderr))
+    s_.check(digest(huge) == before, "the input is unchanged")
+
+
+def test_control_characters(s_):
+    """Key names holding ESC sequences (SGR, OSC), CR, LF, a C1 control and a bidi override reach the
+    terminal escaped from every text report; --json keeps them exact."""
+    w = s_.path("control")
+    os.makedirs(w)
+    evil = "module.a\x1b]0;pwned\x07\x1b[31mred\rX\nY\u009b\u202eZ"
+    ck = os.path.join(w, "ck.pth")
+    torch.save({evil: torch.ones(2), "module.ok": torch.zeros(1)}, ck)
+    ref = os.path.join(w, "ref.pth")
+    torch.save({"ok": torch.zeros(1), "other": torch.ones(1)}, ref)
+    raw = ("\x1b", "\x07", "\r", "\u009b", "\u202e")
+    for args in (["inspect", ck], ["inspect", ck, "--all"], ["diff-keys", ck, ref], ["diff-keys", ck, ref, "--all"],
+                 ["strip-prefix", ck, "--dry-run"], ["verify", ck, ref], ["diff-keys", ck, ref, "--format", "github"],
+                 ["convert", ck, "-o", os.path.join(w, "out.safetensors")], ["scan", ck, "-v"]):
+        r = run(s_, *args)
+        s_.check(r.returncode in (0, 1), "%s: exit %d %r" % (" ".join(args[:1]), r.returncode, r.stderr))
+        text = r.stdout + r.stderr
+        s_.check(not any(c in text for c in raw), "%s prints no control character raw: %r" % (args, text))
+        if args[0] != "scan" and args[0] != "convert":
+            s_.check("\\e]0;pwned" in text, "%s shows the name escaped: %r" % (args, text[:400]))
+        s_.check(not any("Y" in line and "module.a" not in line and "\\n" not in line for line in text.splitlines()
+                         if line.startswith("Y")), "%s: no line starts inside a key" % args)
+    r = run(s_, "inspect", ck, "--json")
+    def strings(v):
+        if isinstance(v, dict):
+            for x in v.values():
+                yield from strings(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from strings(x)
+        elif isinstance(v, str):
+            yield v
+    s_.check(evil in set(strings(json.loads(r.stdout))), "--json keeps the name exact")
+
+
 def main():
     def body(s_, _args):
         test_nothing_lost(s_)
@@ -227,6 +396,9 @@ def main():
         test_nothing_hangs(s_)
         test_one_line_and_nothing_left(s_)
         test_bounded(s_)
+        test_torchscript_reference(s_)
+        test_expanded_views(s_)
+        test_control_characters(s_)
     return suite_main(body)
 
 

@@ -96,7 +96,22 @@ struct TensorInfo {
     const char* count_elements();
     // Plain or quantized: its elements are a strided view of its storage.
     bool strided_view() const { return layout == Layout::strided && !no_data && (!extra || quantized()); }
+    // How many times torch's expand repeats each element: the product of the sizes (> 1) of the
+    // dimensions whose stride is 0. 1 for a tensor that repeats nothing.
+    uint64_t repeats() const;
+    // The tensor without those dimensions: each element it repeats, once (numel / repeats()).
+    TensorInfo unrepeated() const;
 };
+
+// Readers of a tensor's elements do work in proportion to what the file stores, not to what a view
+// makes of it: 823 bytes expanded to 10^12 elements would otherwise be hours of statistics and a
+// 3.6 TiB output. A view read element by element may make at most this many times its stored span
+// plus k_view_slack elements; past that, stride-0 repeats are accounted for (statistics of the
+// elements once, scaled) and any other overlap is refused naming the tensor.
+constexpr uint64_t k_view_factor = 16;
+constexpr uint64_t k_view_slack = uint64_t{1} << 24;
+// Whether reading `t` element by element stays within those bounds.
+inline bool view_within_bounds(const TensorInfo& t) { return t.numel <= k_view_factor * t.extent + k_view_slack; }
 
 // A leaf of the value tree, by its dotted path from the root object.
 // Keys and names are text the checkpoint keeps (with its values): valid while it is open.

@@ -38,6 +38,9 @@ struct ConvertRequest {
     bool weights_only = false;  // pth → pth: the state dict alone (default: the whole checkpoint)
     std::optional<DType> dtype; // --dtype: floating-point tensors cast (through the LibTorch backend)
     uint64_t max_shard_size = 0;  // --max-shard-size: shards + a Hugging Face index; 0: one file
+    // --allow-expansion: write an output more than k_expansion_factor times the input's size (views
+    // that repeat their elements, torch's expand, written out in full). Refused without it.
+    bool allow_expansion = false;
     std::function<void(uint64_t, uint64_t)> progress;  // bytes of tensor data written, of all
     // merge: the names the state dict's tensors are written under (--strip-prefix); none: as they are.
     std::function<std::string(const std::string&)> rename;
@@ -68,6 +71,12 @@ struct ConvertReport {
     uint64_t bytes_written = 0;
     bool verified = false;
 };
+
+// An output past this many times its input (and past k_expansion_floor bytes) is refused unless
+// ConvertRequest::allow_expansion: 823 bytes that expand to 10^12 elements are no 3.6 TiB file to
+// start writing without being asked.
+constexpr uint64_t k_expansion_factor = 1000;
+constexpr uint64_t k_expansion_floor = uint64_t{1} << 30;
 
 ConvertReport convert(const ConvertRequest& request);
 

@@ -36,6 +36,7 @@ struct MergeRequest {
     bool optimizer = false;          // --optimizer
     uint64_t shard_size = 0;         // --shard-size
     bool dry_run = false, force = false, verify = true;
+    bool allow_expansion = false;    // --allow-expansion (ConvertRequest::allow_expansion)
     std::function<void(uint64_t, uint64_t)> progress;
 };
 

@@ -132,6 +132,38 @@ std::unique_ptr<AtomicFile> write_index(const std::string& path, uint64_t total_
 
 using namespace detail;
 
+// Every tensor is written out in full (views contiguous): refused when that is far more than the
+// input stores, naming the tensor that grows most, unless --allow-expansion.
+static void check_expansion(const Checkpoint& c, const ConvertRequest& rq) {
+    if (rq.allow_expansion) return;
+    uint64_t out = 0, growth = 0;
+    const TensorInfo* worst = nullptr;
+    for (const TensorInfo& t : c.tensors()) {
+        if (!t.strided_view()) continue;
+        uint64_t esz = dtype_size(out_dtype(rq, t.dtype)), bytes = t.numel * esz;
+        uint64_t stored = t.extent * dtype_size(t.dtype);
+        out += bytes;
+        if (bytes > stored && bytes - stored > growth) {
+            growth = bytes - stored;
+            worst = &t;
+        }
+    }
+    uint64_t in = std::max<uint64_t>(c.file_size(), 1);
+    if (out <= k_expansion_floor || out / k_expansion_factor <= in || !worst) return;
+    std::string name;
+    for (const Entry& e : c.entries())
+        if (e.tensor && &c.tensors()[*e.tensor] == worst) {
+            name = std::string(e.key);
+            break;
+        }
+    throw Error(ErrorKind::limit, rq.input,
+                "the output would be " + human_bytes(out) + " from " + human_bytes(in) + " of input: tensor " + name + " (" +
+                    shape_text(worst->shape) + ") views " + std::to_string(worst->extent) +
+                    " stored elements as " + std::to_string(worst->numel) +
+                    (worst->repeats() > 1 ? " (torch's expand, stride 0)" : " (overlapping strides)") +
+                    ", written out in full; --allow-expansion writes it anyway");
+}
+
 static ConvertReport convert_unnamed(const ConvertRequest& rq) {
     ConvertReport r;
     r.input = rq.input;
@@ -169,6 +201,7 @@ static ConvertReport convert_unnamed(const ConvertRequest& rq) {
     }
     if (!rq.tree.empty()) {
         if (r.format != "pth") throw Error(ErrorKind::usage, rq.output, "a tree of values (not only tensors) is written as .pth only");
+        check_expansion(*c, rq);
         write_tree_pth(*c, rq, r);
         return r;
     }
@@ -181,10 +214,11 @@ static ConvertReport convert_unnamed(const ConvertRequest& rq) {
                                                          ": add --weights-only to shard its state dict");
         whole = false;  // a bare state dict: shards of it
     }
-    if (whole) {
+    if (whole) {  // the storages as they are: a view stays a view
         write_whole_pth(*c, rq, r);
         return r;
     }
+    check_expansion(*c, rq);
     if (sd.kind == StateDictKind::none)
         throw Error(ErrorKind::usage, rq.input, "no state dict (a mapping of names to tensors) found; name it with --state-dict-key");
     r.dropped = others;
@@ -246,25 +280,25 @@ void render_text(const ConvertReport& r, std::ostream& out, const TextStyle& sty
         << ", " << human_bytes(r.bytes_written) << (r.verified ? ", read back and equal" : ", not verified (--no-verify)")
         << "\n";
     for (const auto& [alias, kept] : r.deduplicated)
-        out << "  " << alias << paint("2", " = ") << kept
+        out << "  " << shown(alias) << paint("2", " = ") << shown(kept)
             << (r.format == "pth" ? " (an alias in __metadata__: one storage again)\n"
                                   : " (shared storage: stored once, alias in __metadata__)\n");
     if (r.made_contiguous) out << "  " << r.made_contiguous << " views written contiguous\n";
     if (r.cast) out << "  " << r.cast << " floating-point tensors cast (PyTorch's rounding); integer and bool tensors kept\n";
-    for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << s << " (not a tensor)\n";
+    for (const auto& s : r.skipped) out << "  " << paint("33", "skipped") << " " << shown(s) << " (not a tensor)\n";
     if (!r.dropped.empty()) {
         out << "  " << paint("33", "dropped") << " (only the state dict is written):";
-        for (const auto& d : r.dropped) out << " " << d;
+        for (const auto& d : r.dropped) out << " " << shown(d);
         out << "\n";
     }
     if (!r.globals_dropped.empty()) {
         out << "  " << paint("33", "not carried") << " (the input's globals off the allow-lists; the output names none of them):";
-        for (const auto& g : r.globals_dropped) out << " " << g;
+        for (const auto& g : r.globals_dropped) out << " " << shown(g);
         out << "\n";
     }
     if (!r.metadata_dropped.empty()) {
         out << "  " << paint("33", "not carried") << " (__metadata__ has no place in a pth file):";
-        for (const auto& d : r.metadata_dropped) out << " " << d;
+        for (const auto& d : r.metadata_dropped) out << " " << shown(d);
         out << "\n";
     }
 }

@@ -64,6 +64,7 @@ MergeReport merge(const MergeRequest& rq) {
     cv.max_shard_size = rq.shard_size;
     cv.verify = rq.verify;
     cv.force = rq.force;
+    cv.allow_expansion = rq.allow_expansion;
     cv.progress = rq.progress;
     cv.weights_only = true;
     if (rq.strip_wrappers || !rq.strip.empty()) {
@@ -175,11 +176,11 @@ void render_text(const MergeReport& r, std::ostream& out, const TextStyle& style
     if (r.dist) {
         const DistInfo& d = *r.dist;
         out << paint("1", r.input) << ": " << d.writer;
-        if (!d.tag.empty()) out << ", tag " << d.tag;
+        if (!d.tag.empty()) out << ", tag " << shown(d.tag);
         out << ", " << d.world_size << (d.world_size == 1 ? " rank" : " ranks") << ", " << d.files.size() << " files\n";
     }
     if (r.dry_run) {
-        out << "would write " << r.output << ": " << r.tensors << " tensors, " << human_bytes(r.tensor_bytes)
+        out << "would write " << shown(r.output) << ": " << r.tensors << " tensors, " << human_bytes(r.tensor_bytes)
             << (r.written == "tree" ? " (the folder's whole nesting)" : r.written == "model+optimizer" ? " (model and optimizer)" : "")
             << " (--dry-run: nothing written)\n";
     } else if (r.convert) {
@@ -187,10 +188,10 @@ void render_text(const MergeReport& r, std::ostream& out, const TextStyle& style
     }
     if (!r.renamed.empty()) {
         out << "  " << r.renamed.size() << " names renamed";
-        for (size_t i = 0; i < r.renamed.size() && i < 3; ++i) out << (i ? ", " : ": ") << r.renamed[i].second << " → " << r.renamed[i].first;
+        for (size_t i = 0; i < r.renamed.size() && i < 3; ++i) out << (i ? ", " : ": ") << shown(r.renamed[i].second) << " → " << shown(r.renamed[i].first);
         out << (r.renamed.size() > 3 ? ", …\n" : "\n");
     }
-    for (const std::string& n : r.notes) out << "  " << paint("33", "note") << " " << n << "\n";
+    for (const std::string& n : r.notes) out << "  " << paint("33", "note") << " " << shown(n) << "\n";
 }
 
 }  // namespace ckpt

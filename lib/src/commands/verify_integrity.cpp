@@ -85,9 +85,14 @@ void crc_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<Findin
 // Where a tensor's first NaN (or ±Inf) is, as torch indexes it ("[2, 5]"): its logical elements in
 // row-major order, each piece asked whether it holds one (buffer_stats), then bisected. "" for a
 // 0-dim tensor, or one that is not a plain view of a storage.
-std::string first_non_finite_at(const Checkpoint& c, const TensorInfo& t, bool nan) {
-    auto record = c.storage_record(t.storage);
-    if (!t.strided_view() || t.quantized() || t.shape.empty() || !record) return "";
+std::string first_non_finite_at(const Checkpoint& c, const TensorInfo& view, bool nan) {
+    auto record = c.storage_record(view.storage);
+    if (!view.strided_view() || view.quantized() || view.shape.empty() || !record) return "";
+    // An expanded view: its first one is where the unrepeated tensor's is, at index 0 of each
+    // repeating dimension (work bounded by what is stored, not by the expansion).
+    bool repeated = !view_within_bounds(view);
+    const TensorInfo t = repeated ? view.unrepeated() : view;
+    if (!view_within_bounds(t)) return "";
     RecordData data = c.record_data(*record);
     uint64_t size = dtype_size(t.dtype), done = 0;
     std::optional<uint64_t> found;
@@ -111,6 +116,12 @@ std::string first_non_finite_at(const Checkpoint& c, const TensorInfo& t, bool n
     std::vector<uint64_t> index(t.shape.size());
     for (size_t d = t.shape.size(), rest = *found; d-- > 0; rest /= static_cast<uint64_t>(t.shape[d]))
         index[d] = rest % static_cast<uint64_t>(t.shape[d]);
+    if (repeated) {
+        std::vector<uint64_t> full;
+        for (size_t d = 0, k = 0; d < view.shape.size(); ++d)
+            full.push_back(view.stride[d] == 0 && view.shape[d] > 1 ? 0 : index[k++]);
+        index = std::move(full);
+    }
     std::string out = "[";
     for (size_t d = 0; d < index.size(); ++d) out += (d ? ", " : "") + std::to_string(index[d]);
     return out + "]";

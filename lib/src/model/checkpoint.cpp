@@ -87,6 +87,26 @@ bool TensorInfo::contiguous() const {
     return true;
 }
 
+uint64_t TensorInfo::repeats() const {
+    uint64_t r = 1;
+    for (size_t d = 0; d < shape.size(); ++d)
+        if (stride[d] == 0 && shape[d] > 1) r *= static_cast<uint64_t>(shape[d]);  // ≤ numel: no overflow
+    return r;
+}
+
+TensorInfo TensorInfo::unrepeated() const {
+    TensorInfo t = *this;
+    t.shape.clear();
+    t.stride.clear();
+    for (size_t d = 0; d < shape.size(); ++d)
+        if (stride[d] != 0 || shape[d] <= 1) {
+            t.shape.push_back(shape[d]);
+            t.stride.push_back(stride[d]);
+        }
+    t.numel = numel / repeats();
+    return t;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
     if (shape.empty()) return "()";
     std::string s;

@@ -423,10 +423,54 @@ private:
 }  // namespace
 
 namespace detail {
+
+// A view that makes far more elements than it spans (view_within_bounds): torch's expand repeats
+// each element of the unrepeated tensor R times, so its statistics are those elements' own with
+// the counts and sums scaled by R — the same numbers, in work bounded by what the file stores. Its
+// hash is of the elements once, with R and the shape (it differs from the hash of the same values
+// written out in full). Any other overlap is refused.
+TensorStats repeated_stats(DType dtype, const uint8_t* base, const TensorInfo& view, bool hash_only) {
+    TensorInfo once = view.unrepeated();
+    if (!view_within_bounds(once))
+        throw Error(ErrorKind::limit, "",
+                    "a tensor of shape " + shape_text(view.shape) + " views " + std::to_string(view.extent) +
+                        " stored elements as " + std::to_string(view.numel) +
+                        " through overlapping strides: not read element by element");
+    TensorStats s = stats_over(dtype, base, &once, once.numel, nullptr, hash_only, {});
+    uint64_t r = view.repeats();
+    double dr = static_cast<double>(r);
+    if (!hash_only) {
+        uint64_t n = s.count;
+        s.count = n * r;
+        s.nan *= r;
+        s.inf *= r;
+        if (s.l2) s.l2 = *s.l2 * std::sqrt(dr);
+        // The sum of squared deviations grows R times; the unbiased variance divides by nR - 1.
+        if (s.count > 1 && !(s.std && std::isnan(*s.std))) {
+            if (s.mean && !std::isfinite(*s.mean)) {
+                s.std = std::numeric_limits<double>::quiet_NaN();
+            } else {
+                double ssd = n > 1 && s.std ? *s.std * *s.std * static_cast<double>(n - 1) : 0.0;
+                s.std = std::sqrt(ssd * dr / (static_cast<double>(s.count) - 1));
+            }
+        }
+    }
+    Hasher h;
+    const char tag[] = "ckpt-tool repeated view";
+    h.update(reinterpret_cast<const uint8_t*>(tag), sizeof tag);
+    h.update(reinterpret_cast<const uint8_t*>(&r), sizeof r);
+    for (int64_t d : view.shape) h.update(reinterpret_cast<const uint8_t*>(&d), sizeof d);
+    std::string once_hash = s.hash.text();
+    h.update(reinterpret_cast<const uint8_t*>(once_hash.data()), once_hash.size());
+    s.hash = h.digest();
+    return s;
+}
+
 // `crc`, when given: the tensor is the whole record, contiguous, and the record's CRC-32 is taken in
 // the same pass, chunk by chunk while each is in L1 (one read of the bytes from memory, not two).
 TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view, uint64_t count,
                        uint32_t* crc, bool hash_only, const std::function<void(ByteView)>& release) {
+    if (view && !view_within_bounds(*view)) return repeated_stats(dtype, base, *view, hash_only);
     OnePass pass(dtype, crc, hash_only);
     size_t esz = pass.element_size();
     constexpr uint64_t k_window = 64ull << 20;
