@@ -121,7 +121,7 @@ sanitize: sanitize-deps
 # fuzz/crashes/. `make fuzz-quick` is the CI size (25 s per target).
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= zip pickle safetensors legacy json scan
+FUZZ_TARGETS ?= zip pickle safetensors legacy json scan dist
 FUZZ_DEBS := clang libclang-rt-14-dev llvm cmake make zlib1g-dev libbz2-dev liblzma-dev liblz4-dev libzstd-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libxxhash-dev
 
 fuzz-deps:

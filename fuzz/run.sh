@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets one after the other and prints, per target, the executions, exec/s,
 # corpus, coverage and findings. Usage (make fuzz calls it):
-#   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]      targets: zip pickle safetensors legacy json scan (default all)
+#   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]      targets: zip pickle safetensors legacy json scan dist (default all)
 # New corpus inputs go to BUILD_DIR/corpus/<target>/ (the committed seeds in fuzz/corpus/<target>/ are
 # read, never written); findings (crash-*, timeout-*, oom-*, leak-*) to fuzz/crashes/<target>-*;
 # each run's log to BUILD_DIR/fuzz-logs/<target>.log. Exits 1 when any target found something.
@@ -15,11 +15,11 @@ build="$1"
 seconds="$2"
 shift 2
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(zip pickle safetensors legacy json scan)
+[ ${#targets[@]} -eq 0 ] && targets=(zip pickle safetensors legacy json scan dist)
 
 # -max_len per target: above its largest seed (a zip cut short loses its directory), small enough to
 # keep the mutations where the parsing is.
-declare -A max_len=([zip]=65536 [pickle]=32768 [safetensors]=16384 [legacy]=65536 [json]=32768 [scan]=32768)
+declare -A max_len=([zip]=65536 [pickle]=32768 [safetensors]=16384 [legacy]=65536 [json]=32768 [scan]=32768 [dist]=65536)
 
 symbolizer=$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null | tail -1)
 export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-$symbolizer}"

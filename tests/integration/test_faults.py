@@ -122,6 +122,20 @@ def test_no_placeholders_as_weights(s_):
     out = os.path.join(w, "copy.pth")
     refused(s_, "module states of placeholders", run(s_, "merge", os.path.join(w, "copy"), "-o", out), "placeholder for l1.weight")
     s_.check(not os.path.exists(out), "a merge of placeholders was written")
+    # ZeRO-3 optimizer files whose optimizer_state_dict names no zero_stage (found by fuzz_dist: the
+    # reader printed the absent field and died, SIGSEGV): one line naming the file.
+    sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+    import make_dist
+    nozs = os.path.join(w, "nozs")
+    make_dist.write_deepspeed(nozs, stage=3, ws=2, groups=[[("a", (3, 2))]])
+    for n in os.listdir(os.path.join(nozs, "global_step1")):
+        if n.endswith("optim_states.pt"):
+            f = os.path.join(nozs, "global_step1", n)
+            d = torch.load(f)
+            d["optimizer_state_dict"]["zero_stagf"] = d["optimizer_state_dict"].pop("zero_stage")
+            torch.save(d, f)
+    for cmd in (["inspect", nozs], ["verify", nozs], ["merge", nozs, "-o", os.path.join(w, "nozs.pth")]):
+        refused(s_, "ZeRO-3 optimizer states without zero_stage: " + cmd[0], run(s_, *cmd), "names no zero_stage")
 
 
 def test_nothing_hangs(s_):

@@ -319,6 +319,7 @@ private:
 }  // namespace
 
 std::string repr(const Value* v, size_t max_chars, int max_depth) {
+    if (!v) return "nothing";  // a field that is absent
     Repr r(max_chars, max_depth);
     r.value(v, 0);
     return r.take();

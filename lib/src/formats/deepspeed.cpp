@@ -262,6 +262,8 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         if (!osd) throw Error(ErrorKind::format, part->path(), "has no optimizer_state_dict: not DeepSpeed's optimizer states");
         const Value* zs = field(osd, "zero_stage");
         int s = zs ? zero_stage(zs) : field(osd, "single_partition_of_fp32_groups") ? 1 : -1;  // BF16_Optimizer writes no stage: ZeRO-1
+        if (s < 0 && !zs)
+            throw Error(ErrorKind::format, part->path(), "its optimizer_state_dict names no zero_stage: not DeepSpeed's optimizer states");
         if (s < 0) throw Error(ErrorKind::unsupported, part->path(), "names a ZeRO stage this reader does not know (" + repr(zs, 60) + ")");
         if (r == 0) stage = s;
         else if (s != stage)
