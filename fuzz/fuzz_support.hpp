@@ -14,6 +14,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/error.hpp"
+#include "ckpt/fingerprint.hpp"
+#include "ckpt/inspect.hpp"
+
 namespace ckpt_fuzz {
 
 // One memfd per process, rewritten for each input; readers open it again by /proc/self/fd/N.
@@ -48,6 +53,28 @@ private:
 inline MemoryFile& input_file() {
     static MemoryFile f;
     return f;
+}
+
+// What `inspect` and `verify` do with an opened checkpoint: the report and its JSON, and a fingerprint
+// of every tensor (CRC-32 checked) when that is cheap — at most 2^20 elements in all, and no problems.
+inline void inspect_and_fingerprint(const ckpt::Checkpoint& c) {
+    constexpr uint64_t k_max_elements = 1ull << 20;
+    try {
+        ckpt::InspectReport report = ckpt::inspect(c, {});
+        (void)ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    } catch (const ckpt::Error&) {
+    }
+    uint64_t elements = 0;
+    for (const auto& t : c.tensors()) elements += t.numel > k_max_elements ? k_max_elements + 1 : t.numel;
+    if (!c.problems().empty() || elements > k_max_elements) return;
+    try {
+        ckpt::FingerprintOptions o;
+        o.all = true;
+        o.check_crc = true;
+        o.threads = 1;
+        (void)ckpt::to_json(ckpt::fingerprint(c, o)).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+    } catch (const ckpt::Error&) {
+    }
 }
 
 }  // namespace ckpt_fuzz

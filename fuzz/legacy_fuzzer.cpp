@@ -17,7 +17,6 @@
 #include "fuzz_support.hpp"
 
 namespace {
-constexpr uint64_t k_max_elements = 1ull << 20;
 constexpr size_t k_max_records = 256;
 }  // namespace
 
@@ -30,11 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
     }
     try {
-        ckpt::InspectReport report = ckpt::inspect(*c, {});
-        (void)ckpt::to_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    } catch (const ckpt::Error&) {
-    }
-    try {
         (void)ckpt::key_set_of(*c);
     } catch (const ckpt::Error&) {
     }
@@ -44,17 +38,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         } catch (const ckpt::Error&) {
         }
     }
-    uint64_t elements = 0;
-    for (const auto& t : c->tensors()) elements += t.numel > k_max_elements ? k_max_elements + 1 : t.numel;
-    if (c->problems().empty() && elements <= k_max_elements) {
-        try {
-            ckpt::FingerprintOptions o;
-            o.all = true;
-            o.check_crc = true;
-            o.threads = 1;
-            (void)ckpt::to_json(ckpt::fingerprint(*c, o)).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
-        } catch (const ckpt::Error&) {
-        }
-    }
+    ckpt_fuzz::inspect_and_fingerprint(*c);
     return 0;
 }
