@@ -107,7 +107,7 @@ struct TensorInfo {
 // makes of it: 823 bytes expanded to 10^12 elements would otherwise be hours of statistics and a
 // 3.6 TiB output. A view read element by element may make at most this many times its stored span
 // plus k_view_slack elements; past that, stride-0 repeats are accounted for (statistics of the
-// elements once, scaled) and any other overlap is refused naming the tensor.
+// elements once, scaled) and any other overlap is refused naming its shape.
 constexpr uint64_t k_view_factor = 16;
 constexpr uint64_t k_view_slack = uint64_t{1} << 24;
 // Whether reading `t` element by element stays within those bounds.

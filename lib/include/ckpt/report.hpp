@@ -51,7 +51,7 @@ struct TextStyle {
 // it: a name may hold what a terminal obeys (ESC sequences that recolour, retitle or move the cursor;
 // CR, LF; C1 controls; bidirectional overrides). Those are escaped — \n \r \t \e, \xNN for other
 // controls and for bytes that are not UTF-8, \u202e for U+0080–U+009F and the bidi controls — and
-// everything else is as it was. Plain text comes back as it is, with no copy made.
+// everything else is as it was.
 std::string shown(std::string_view s);
 
 // ANSI colour, or nothing. The text it paints is shown() first: every text report prints file-borne

@@ -427,8 +427,8 @@ namespace detail {
 // A view that makes far more elements than it spans (view_within_bounds): torch's expand repeats
 // each element of the unrepeated tensor R times, so its statistics are those elements' own with
 // the counts and sums scaled by R — the same numbers, in work bounded by what the file stores. Its
-// hash is of the elements once, with R and the shape (it differs from the hash of the same values
-// written out in full). Any other overlap is refused.
+// hash is of the elements once, with R, the shape and which dimensions repeat (it differs from the
+// hash of the same values written out in full). Any other overlap is refused.
 TensorStats repeated_stats(DType dtype, const uint8_t* base, const TensorInfo& view, bool hash_only) {
     TensorInfo once = view.unrepeated();
     if (!view_within_bounds(once))
@@ -459,7 +459,11 @@ TensorStats repeated_stats(DType dtype, const uint8_t* base, const TensorInfo& v
     const char tag[] = "ckpt-tool repeated view";
     h.update(reinterpret_cast<const uint8_t*>(tag), sizeof tag);
     h.update(reinterpret_cast<const uint8_t*>(&r), sizeof r);
-    for (int64_t d : view.shape) h.update(reinterpret_cast<const uint8_t*>(&d), sizeof d);
+    for (size_t d = 0; d < view.shape.size(); ++d) {  // each dimension's size, and whether it repeats
+        int64_t size = view.shape[d], repeats = view.stride[d] == 0 ? 1 : 0;
+        h.update(reinterpret_cast<const uint8_t*>(&size), sizeof size);
+        h.update(reinterpret_cast<const uint8_t*>(&repeats), sizeof repeats);
+    }
     std::string once_hash = s.hash.text();
     h.update(reinterpret_cast<const uint8_t*>(once_hash.data()), once_hash.size());
     s.hash = h.digest();

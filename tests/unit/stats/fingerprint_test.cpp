@@ -259,3 +259,47 @@ TEST_CASE("fingerprint: a statistic is none, a number, or NaN, and NaN of any bi
     CHECK(mean.value_or(-1) == -1);
     CHECK(sizeof(Stat) == sizeof(double));
 }
+
+TEST_CASE("fingerprint: an expanded view is read once per stored element, its hash says which dimensions repeat") {
+    // Two float32 elements [1, 2], expanded to 2^25 × 2 (stride 0 on the rows) and to 2 × 2^25
+    // (stride 0 on the columns): 2^26 elements each, past the read-in-full bound.
+    float stored[2] = {1.0f, 2.0f};
+    ByteView bytes{reinterpret_cast<const uint8_t*>(stored), sizeof stored};
+    auto view = [](int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+        TensorInfo t;
+        t.dtype = DType::float32;
+        t.shape = Dims(std::vector<int64_t>{rows, cols});
+        t.stride = Dims(std::vector<int64_t>{rs, cs});
+        REQUIRE(t.count_elements() == nullptr);
+        return t;
+    };
+    const int64_t n = int64_t{1} << 25;
+    TensorInfo rows = view(n, 2, 0, 1), cols = view(2, n, 1, 0);
+    CHECK(rows.repeats() == static_cast<uint64_t>(n));
+    CHECK_FALSE(view_within_bounds(rows));
+    TensorStats a = tensor_stats(rows, bytes), b = tensor_stats(cols, bytes);
+    CHECK(a.count == 2 * static_cast<uint64_t>(n));
+    CHECK(*a.mean == 1.5);
+    CHECK(*a.l2 == Approx(std::sqrt(5.0 * n)));
+    CHECK(*a.std == Approx(std::sqrt(0.5 * n / (2.0 * n - 1))));  // unbiased: 2n · 0.25 / (2n − 1)
+    CHECK(*a.min == 1.0);
+    CHECK(*a.max == 2.0);
+    CHECK(a.hash != b.hash);
+    CHECK(tensor_stats(view(n, 2, 0, 1), bytes).hash == a.hash);
+    // A square of side 2^13 over the same 2^13 stored elements, repeated down the rows or along the
+    // columns: the same shape, repeat and elements once, other tensors (its transpose).
+    const int64_t m = int64_t{1} << 13;
+    std::vector<float> line(static_cast<size_t>(m));
+    for (size_t i = 0; i < line.size(); ++i) line[i] = static_cast<float>(i);
+    ByteView lb{reinterpret_cast<const uint8_t*>(line.data()), line.size() * 4};
+    TensorStats down = tensor_stats(view(m, m, 0, 1), lb), along = tensor_stats(view(m, m, 1, 0), lb);
+    CHECK(*down.mean == *along.mean);
+    CHECK(down.hash != along.hash);
+    // An overlap that is no repeat (stride 1 on both: a 2^13 × 2^13 sliding window over 2^14
+    // elements) is refused, not read 2^26 times.
+    const int64_t w = int64_t{1} << 13;
+    std::vector<float> wide(2 * static_cast<size_t>(w), 0.5f);
+    TensorInfo slide = view(w, w, 1, 1);
+    CHECK_FALSE(view_within_bounds(slide));
+    CHECK_THROWS_AS(tensor_stats(slide, {reinterpret_cast<const uint8_t*>(wide.data()), wide.size() * 4}), Error);
+}
