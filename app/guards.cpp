@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "ckpt/faults.hpp"
-#include "ckpt/report.hpp"
 
 namespace app {
 
@@ -46,7 +45,5 @@ void guard_signals() {
     sigemptyset(&bus.sa_mask);
     ::sigaction(SIGBUS, &bus, nullptr);
 }
-
-std::string one_line(const std::string& message) { return ckpt::shown(message); }
 
 }  // namespace app

@@ -11,8 +11,4 @@ namespace app {
 // short) ends the run with one line naming the file, the temporaries removed, exit 2.
 void guard_signals();
 
-// A message as one line: control characters (a record name's newline, a key's escape sequences)
-// written as escapes, so an error never spans lines or drives the terminal.
-std::string one_line(const std::string& message);
-
 }  // namespace app

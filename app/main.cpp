@@ -137,16 +137,16 @@ int main(int argc, char** argv) {
     }
     setup_logging(global);
     ckpt::on_stale_temporary([](const std::string& path) {
-        spdlog::warn("removed {}: a temporary a killed run left behind", one_line(path));
+        spdlog::warn("removed {}: a temporary a killed run left behind", ckpt::shown(path));
     });
     int code = 2;
     try {
         code = run ? run() : 2;
     } catch (const ckpt::Error& e) {
-        spdlog::error("{}", one_line(e.what()));
+        spdlog::error("{}", ckpt::shown(e.what()));
         code = 2;
     } catch (const std::exception& e) {
-        spdlog::error("{}", one_line(e.what()));
+        spdlog::error("{}", ckpt::shown(e.what()));
         code = 2;
     }
     // A report that did not reach standard output (a full disk, a closed pipe's reader gone) is an error.
