@@ -221,6 +221,23 @@ struct DistInfo {
         uint64_t offset = 0, length = 0;
     };
     std::vector<Archive> archives;
+    // Megatron-LM: the iteration, the model-parallel degrees and the model's shape from `args`.
+    std::optional<int64_t> iteration;
+    struct Degrees {
+        int tensor = 1, pipeline = 1, expert = 1, virtual_pipeline = 1;
+    };
+    std::optional<Degrees> parallel;
+    std::vector<std::pair<std::string, std::string>> model_shape;  // ("layers", "4"), ("vocabulary", "60 padded to 64") …
+    // Tensors stored more than once that must be equal (a replicated norm on every tensor-parallel
+    // rank, a tied copy): each copy's bytes, named by where it is; verify compares them.
+    struct Replica {
+        std::string name;
+        std::vector<std::string> where;
+        std::vector<std::vector<RecordPiece>> copies;
+        uint64_t size = 0;  // bytes of each copy
+        DType dtype = DType::untyped;
+    };
+    std::vector<Replica> replicas;
 };
 const char* format_name(Format f);
 

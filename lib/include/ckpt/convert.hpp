@@ -45,7 +45,7 @@ struct ConvertRequest {
     // merge: the names the state dict's tensors are written under (--strip-prefix); none: as they are.
     std::function<std::string(const std::string&)> rename;
     // merge, pth only: a dict of these top-level entries of the input's value tree (output key,
-    // input key; "*" for every entry of the root), each written with all it holds (the state dict's
+    // input key; "*" for every entry of the root, "K.*" for every entry of the dict K), each written with all it holds (the state dict's
     // names renamed); empty: the state dict alone.
     std::vector<std::pair<std::string, std::string>> tree;
 };

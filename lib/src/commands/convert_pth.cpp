@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "commands/convert_detail.hpp"
+#include "base/text_util.hpp"
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "pickle/pickle_writer.hpp"
@@ -291,11 +292,13 @@ void write_tree_pth(const Checkpoint& c, const ConvertRequest& rq, ConvertReport
     std::vector<TreeEntry> top;
     std::vector<std::string> source_key;  // the input's dotted path of each top entry
     for (const auto& [out, in] : rq.tree) {
-        if (in == "*") {
-            if (!root || root->kind != ValueKind::dict) throw Error(ErrorKind::usage, rq.input, "its root is not a dict");
-            for (size_t i = 0; i < root->dict_size(); ++i) {
-                top.push_back({key_part(root->dict_key(i)), root->dict_value(i)});
-                source_key.push_back(top.back().key);
+        if (in == "*" || text::ends_with(in, ".*")) {  // every entry of the root, or of a dict of it
+            const Value* d = in == "*" ? root : root && root->kind == ValueKind::dict ? root->get(in.substr(0, in.size() - 2)) : nullptr;
+            if (!d || d->kind != ValueKind::dict) throw Error(ErrorKind::usage, rq.input, in == "*" ? "its root is not a dict" : "has no dict " + in);
+            std::string prefix = in == "*" ? "" : in.substr(0, in.size() - 1);
+            for (size_t i = 0; i < d->dict_size(); ++i) {
+                top.push_back({key_part(d->dict_key(i)), d->dict_value(i)});
+                source_key.push_back(prefix + top.back().key);
             }
             continue;
         }

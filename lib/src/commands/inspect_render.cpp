@@ -40,12 +40,24 @@ nlohmann::json pieces_json(const Checkpoint& c, const StorageInfo& s) {
     return out;
 }
 
+nlohmann::json model_shape_json(const DistInfo& d) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [k, v] : d.model_shape) out[k] = v;
+    return out;
+}
+
 nlohmann::json dist_json(const DistInfo& d) {
     return {{"layout", d.layout}, {"writer", d.writer}, {"dir", d.dir},
             {"tag", d.tag.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.tag)},
             {"latest", d.latest.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.latest)},
             {"tags", d.tags}, {"world_size", d.world_size}, {"files", d.files}, {"elements", d.elements},
-            {"notes", d.notes}};
+            {"notes", d.notes},
+            {"iteration", d.iteration ? nlohmann::json(*d.iteration) : nlohmann::json(nullptr)},
+            {"parallel", d.parallel ? nlohmann::json{{"tensor", d.parallel->tensor}, {"pipeline", d.parallel->pipeline},
+                                                     {"expert", d.parallel->expert}, {"virtual_pipeline", d.parallel->virtual_pipeline}}
+                                    : nlohmann::json(nullptr)},
+            {"model_shape", model_shape_json(d)},
+            {"replicas", d.replicas.size()}};
 }
 
 // One element of "tensors". A tensor that is not a plain view of its storage says what it is:
@@ -365,6 +377,19 @@ void render_text(const InspectReport& r, std::ostream& out, const TextStyle& sty
         if (d.tags.size() > 1) {
             out << "  tags:";
             for (const auto& t : d.tags) out << " " << shown(t);
+            out << "\n";
+        }
+        if (d.parallel) {
+            const DistInfo::Degrees& p = *d.parallel;
+            out << "  ";
+            if (d.iteration) out << "iteration " << *d.iteration << ", ";
+            out << "tensor × pipeline × expert parallel " << p.tensor << " × " << p.pipeline << " × " << p.expert;
+            if (p.virtual_pipeline > 1) out << ", " << p.virtual_pipeline << " virtual stages";
+            out << "\n";
+        }
+        if (!d.model_shape.empty()) {
+            out << "  model:";
+            for (size_t k = 0; k < d.model_shape.size(); ++k) out << (k ? ", " : " ") << shown(d.model_shape[k].first) << " " << shown(d.model_shape[k].second);
             out << "\n";
         }
         out << "  merged view: " << human_count(d.elements) << " elements; `ckpt-tool merge` writes it as one file\n";

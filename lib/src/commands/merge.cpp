@@ -86,8 +86,16 @@ MergeReport merge(const MergeRequest& rq) {
     bool safetensors = safetensors_output(rq.output);
     bool dcp = r.dist && r.dist->layout == "dcp";
     bool deepspeed = r.dist && text::starts_with(r.dist->layout, "deepspeed");
+    bool megatron = r.dist && text::starts_with(r.dist->layout, "megatron");
     r.written = "state_dict";
     if (rq.optimizer) {
+        if (megatron)
+            throw Error(ErrorKind::unsupported, rq.input,
+                        r.dist->layout == "megatron-torch"
+                            ? "--optimizer: Megatron's --ckpt-format torch keeps each rank's optimizer state keyed by position within its parameter "
+                              "groups, which the files do not tie to names: not reshardable here"
+                            : "--optimizer: the moments of a torch_dist save are merged by name (inspect lists them under optimizer_moments), "
+                              "but Megatron's optimizer state_dict is not written yet: merge without --optimizer");
         if (!deepspeed)
             throw Error(ErrorKind::usage, rq.input,
                         dcp ? "--optimizer: a DCP folder's merge writes all the folder holds, its optimizer state with it"
@@ -105,6 +113,8 @@ MergeReport merge(const MergeRequest& rq) {
     } else if (dcp && !safetensors) {
         cv.tree = {{"*", "*"}};  // as dcp_to_torch_save: the whole nesting
         r.written = "tree";
+    } else if (megatron && !safetensors && !cv.rename) {
+        cv.tree = {{"*", sd.path + ".*"}};  // the state dict with its `_extra_state` values, which strict loading wants
     }
     if (!cv.tree.empty() && rq.shard_size) throw Error(ErrorKind::usage, rq.output, "--shard-size shards a state dict: write .safetensors, or leave out --optimizer");
 

@@ -14,6 +14,7 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "io/zip.hpp"
+#include "formats/gather.hpp"
 #include "model/optimizer.hpp"
 
 namespace ckpt {
@@ -178,6 +179,47 @@ void integrity_findings(const Checkpoint& c, const Fingerprint& fp, std::vector<
     }
 }
 
+// Copies that must be equal (a norm replicated over tensor-parallel ranks, a tied copy): each
+// against the first, element by element.
+void replica_findings(const DistInfo& d, std::vector<Finding>& out, uint64_t& bytes) {
+    for (const DistInfo::Replica& rep : d.replicas) {
+        if (rep.copies.size() < 2) continue;
+        auto read = [&](const std::vector<RecordPiece>& pieces) {
+            RecordInfo r;
+            r.name = rep.name;
+            r.size = rep.size;
+            r.pieces = pieces;
+            return ckpt::detail::gather(r);
+        };
+        RecordData first = read(rep.copies[0]);
+        bytes += rep.size;
+        uint64_t esz = rep.dtype == DType::untyped ? 1 : dtype_size(rep.dtype);
+        for (size_t k = 1; k < rep.copies.size(); ++k) {
+            RecordData other = read(rep.copies[k]);
+            bytes += rep.size;
+            const uint8_t* a = first.view().data;
+            const uint8_t* b = other.view().data;
+            uint64_t differ = 0, n = rep.size / esz;
+            double worst = 0;
+            for (uint64_t i = 0; i < n; ++i) {
+                if (std::memcmp(a + i * esz, b + i * esz, esz) == 0) continue;
+                ++differ;
+                if (rep.dtype == DType::float32) {
+                    float x, y;
+                    std::memcpy(&x, a + i * esz, 4);
+                    std::memcpy(&y, b + i * esz, 4);
+                    worst = std::max(worst, std::fabs(static_cast<double>(x) - y));
+                }
+            }
+            if (differ)
+                out.push_back({"replica_drift", rep.name,
+                               rep.name + ": " + std::to_string(differ) + " of " + std::to_string(n) + " elements differ between " + rep.where[0] + " and " +
+                                   rep.where[k] + (worst > 0 ? " (largest difference " + repr_float(worst) + ")" : std::string()) +
+                                   ": copies that must be equal drifted apart (sequence parallelism without its all-reduce, or files of two runs)"});
+        }
+    }
+}
+
 // A merged view (a DeepSpeed or DCP folder): every archive it was read from, each record's CRC-32
 // against its zip directory; and for ZeRO-1/2 the module's weights against the fp32 masters cast
 // down as the optimizer casts them (round to nearest even), which a checkpoint whose optimizer
@@ -204,6 +246,7 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
         }
         f->release(*view);
     }
+    replica_findings(d, out, bytes);
     if (d.module_states.empty() || d.masters.empty()) return;
     std::unique_ptr<Checkpoint> m = Checkpoint::open(d.dir + "/" + d.module_states);
     std::unordered_map<std::string, size_t> module_tensor, merged_tensor;

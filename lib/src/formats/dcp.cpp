@@ -56,14 +56,11 @@ struct Landing {
 
 }  // namespace
 
-std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options) {
-    auto c = std::make_unique<Checkpoint::Contents>();
-    c->path = dir;
-    c->dist = DistInfo{};
+DcpFolder read_dcp(DistView& view, const std::string& dir) {
+    Checkpoint::Contents* c = &view.c;
     DistInfo& info = *c->dist;
-    info.dir = dir;
-    info.layout = "dcp";
-    DistView view(*c, options);
+    const OpenOptions& options = view.options;
+    DcpFolder out;
     const std::string meta_path = dir + "/.metadata";
     auto meta_file = std::make_shared<MappedFile>(meta_path);
     info.files.push_back(".metadata");
@@ -127,38 +124,6 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
     info.writer = std::string("torch.distributed.checkpoint (torch ") +
                   (old_props ? "2.0–2.2" : field(meta, "storage_meta") ? "2.4+" : "2.3") + ")";
 
-    // The nesting: planner_data's path per key, str parts dicts and int parts lists.
-    Value* root = view.dict();
-    std::map<std::pair<const Value*, std::string>, Value*> child;  // container, key → its value
-    auto key_text = [](const Value* k) { return k->kind == ValueKind::integer ? "#" + std::to_string(k->i()) : std::string(k->s()); };
-    auto place = [&](const std::string& fqn, Value* value) {
-        const Value* path = planner && planner->kind == ValueKind::dict ? planner->get(fqn) : nullptr;
-        std::vector<const Value*> parts;
-        if (path && (path->kind == ValueKind::tuple || path->kind == ValueKind::list)) parts.assign(path->items().begin(), path->items().end());
-        for (const Value* p : parts)
-            if (p->kind != ValueKind::string && p->kind != ValueKind::integer) throw bad("planner_data's path of " + fqn + " holds " + repr(p, 40));
-        if (parts.empty()) parts.push_back(view.str(fqn));
-        Value* cur = root;
-        auto put = [&](Value* container, const Value* key, Value* v) -> Value* {
-            auto [it, fresh] = child.emplace(std::make_pair(container, key_text(key)), v);
-            if (!fresh) return it->second;
-            if (container->kind == ValueKind::dict) {
-                view.set(container, key->kind == ValueKind::string ? view.str(key->s()) : view.integer(key->i()), v);
-            } else {
-                if (key->kind != ValueKind::integer || key->i() < 0 || key->i() > 1'000'000) throw bad("planner_data's path of " + fqn + " indexes a list with " + repr(key, 40));
-                while (container->items().size() <= static_cast<size_t>(key->i())) c->arena.append_item(container, c->arena.none());
-                container->set_item(static_cast<size_t>(key->i()), v);
-            }
-            return v;
-        };
-        for (size_t i = 0; i + 1 < parts.size(); ++i) {
-            Value* fresh = parts[i + 1]->kind == ValueKind::string ? view.dict() : view.list();
-            cur = put(cur, parts[i], fresh);
-            if (cur->kind != ValueKind::dict && cur->kind != ValueKind::list) throw bad("planner_data nests " + fqn + " inside a value");
-        }
-        if (put(cur, parts.back(), value) != value) throw bad("planner_data places two keys at the path of " + fqn);
-    };
-
     std::set<int> ranks;
     static const std::regex distcp(R"(__(\d+)_(\d+)\.distcp)");
     for (const std::string& n : dist::list_dir(dir)) {
@@ -177,7 +142,7 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
             auto it = where.find({fqn, {}});
             if (it == where.end()) throw bad("stores no bytes for " + fqn);
             auto part = view.open_part(file_of(it->second.file, fqn), it->second.file, it->second.offset, it->second.length);
-            place(fqn, view.copy(*part, part->root()));
+            out.items.push_back({fqn, view.copy(*part, part->root()), DType::untyped, {}, {}});
             view.forget(*part);
             continue;
         }
@@ -254,12 +219,62 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
             at += l.count;
         }
         if (at != numel) throw bad(fqn + ": elements " + std::to_string(at) + ".." + std::to_string(numel) + " are in no chunk");
-        place(fqn, view.tensor(view.add_tensor(fqn, *dtype, S, std::move(pieces))));
+        out.items.push_back({fqn, nullptr, *dtype, S, std::move(pieces)});
     }
     for (const auto& [rel, f] : files) info.files.push_back(rel);
+    out.planner = planner;
+    out.meta = meta;
+    return out;
+}
+
+std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& options) {
+    auto contents = std::make_unique<Checkpoint::Contents>();
+    Checkpoint::Contents* c = contents.get();
+    c->path = dir;
+    c->dist = DistInfo{};
+    c->dist->dir = dir;
+    c->dist->layout = "dcp";
+    DistView view(*c, options);
+    DcpFolder folder = read_dcp(view, dir);
+    const Value* planner = folder.planner;
+    auto bad = [&](const std::string& why) { return Error(ErrorKind::corrupt, dir + "/.metadata", why); };
+    // The nesting: planner_data's path per key, str parts dicts and int parts lists.
+    Value* root = view.dict();
+    std::map<std::pair<const Value*, std::string>, Value*> child;  // container, key → its value
+    auto key_text = [](const Value* k) { return k->kind == ValueKind::integer ? "#" + std::to_string(k->i()) : std::string(k->s()); };
+    auto place = [&](const std::string& fqn, Value* value) {
+        const Value* path = planner && planner->kind == ValueKind::dict ? planner->get(fqn) : nullptr;
+        std::vector<const Value*> parts;
+        if (path && (path->kind == ValueKind::tuple || path->kind == ValueKind::list)) parts.assign(path->items().begin(), path->items().end());
+        for (const Value* p : parts)
+            if (p->kind != ValueKind::string && p->kind != ValueKind::integer) throw bad("planner_data's path of " + fqn + " holds " + repr(p, 40));
+        if (parts.empty()) parts.push_back(view.str(fqn));
+        Value* cur = root;
+        auto put = [&](Value* container, const Value* key, Value* v) -> Value* {
+            auto [it, fresh] = child.emplace(std::make_pair(container, key_text(key)), v);
+            if (!fresh) return it->second;
+            if (container->kind == ValueKind::dict) {
+                view.set(container, key->kind == ValueKind::string ? view.str(key->s()) : view.integer(key->i()), v);
+            } else {
+                if (key->kind != ValueKind::integer || key->i() < 0 || key->i() > 1'000'000) throw bad("planner_data's path of " + fqn + " indexes a list with " + repr(key, 40));
+                while (container->items().size() <= static_cast<size_t>(key->i())) c->arena.append_item(container, c->arena.none());
+                container->set_item(static_cast<size_t>(key->i()), v);
+            }
+            return v;
+        };
+        for (size_t i = 0; i + 1 < parts.size(); ++i) {
+            Value* fresh = parts[i + 1]->kind == ValueKind::string ? view.dict() : view.list();
+            cur = put(cur, parts[i], fresh);
+            if (cur->kind != ValueKind::dict && cur->kind != ValueKind::list) throw bad("planner_data nests " + fqn + " inside a value");
+        }
+        if (put(cur, parts.back(), value) != value) throw bad("planner_data places two keys at the path of " + fqn);
+    };
+
+    for (DcpItem& item : folder.items)
+        place(item.fqn, item.value ? item.value : view.tensor(view.add_tensor(item.fqn, item.dtype, item.shape, std::move(item.pieces))));
     view.finish(root, "");
-    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
-    return std::make_unique<Checkpoint>(std::move(c));
+    for (const TensorInfo& t : c->tensors) c->dist->elements += t.numel;
+    return std::make_unique<Checkpoint>(std::move(contents));
 }
 
 }  // namespace ckpt

@@ -358,6 +358,7 @@ DistFileHint dist_file_hint(const Checkpoint& c) {
 }
 
 DistTarget dist_target(const std::string& path) {
+    if (DistTarget m = megatron_target(path); m.kind != DistKind::none) return m;  // before DCP: torch_dist is DCP inside
     if (dist::is_dir(path)) {
         if (dist::is_file(path + "/.metadata")) return {DistKind::dcp, path};
         if (deepspeed_tag_folder(path)) return {DistKind::deepspeed, path};
@@ -376,6 +377,7 @@ std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const 
     switch (t.kind) {
         case DistKind::deepspeed: return open_deepspeed(t.dir, options);
         case DistKind::dcp: return open_dcp(t.dir, options);
+        case DistKind::megatron: return open_megatron(t.dir, options);
         case DistKind::none: break;
     }
     return nullptr;

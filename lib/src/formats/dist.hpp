@@ -17,10 +17,11 @@
 
 namespace ckpt {
 
-enum class DistKind { none, deepspeed, dcp };
+enum class DistKind { none, deepspeed, dcp, megatron };
 struct DistTarget {
     DistKind kind = DistKind::none;
-    std::string dir;  // DeepSpeed: the top folder or a tag folder; dcp: the folder of .metadata
+    std::string dir;  // DeepSpeed: the top folder or a tag folder; dcp: the folder of .metadata;
+                      // Megatron: the save folder (latest_checkpointed_iteration.txt) or an iteration's
 };
 
 // What `path` names: a folder DeepSpeed's save_checkpoint wrote (a `latest`, tag folders of
@@ -127,5 +128,27 @@ private:
     Value* copy_value(const Checkpoint& part, const Value* v, DType cast_to, int depth);
     void adopt(const Checkpoint& part, const std::string& name);
 };
+
+// A torch.distributed.checkpoint folder's items as stored: each tensor whole (its chunks tiled into
+// pieces, checked), each bytes item as the object its archive holds (a copy in the view).
+struct DcpItem {
+    std::string fqn;
+    Value* value = nullptr;  // a bytes item's object; nullptr for a tensor
+    DType dtype = DType::untyped;
+    std::vector<int64_t> shape;
+    std::vector<RecordPiece> pieces;
+};
+struct DcpFolder {
+    std::vector<DcpItem> items;  // in .metadata's order
+    const Value* meta = nullptr;     // the Metadata object
+    const Value* planner = nullptr;  // its planner_data (the nesting), null when absent
+};
+// Reads DIR/.metadata and the items it describes into `view` (whose DistInfo names the files read and
+// the writer). dcp.cpp places them as dcp_to_torch_save does; megatron.cpp renames them.
+DcpFolder read_dcp(DistView& view, const std::string& dir);
+
+// Megatron-LM: the folder that holds `path`'s iteration (a save folder, an iter_N folder), or none.
+DistTarget megatron_target(const std::string& path);
+std::unique_ptr<Checkpoint> open_megatron(const std::string& dir, const OpenOptions& options);  // megatron.cpp
 
 }  // namespace ckpt

@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""Megatron-LM checkpoints: inspect, merge, verify, diff-keys and scan on the folders Megatron writes.
+
+Fixtures: tests/fixtures/make_megatron.py writes `--ckpt-format torch` folders with torch 1.13 in
+Megatron's layout, cut from a full state dict it keeps (tensor × pipeline × expert parallel, virtual
+stages, GQA, SwiGLU, tied embeddings): merge must give that back bit for bit (torch.load of the
+output), inspect list its keys, dtypes and shapes, verify find nothing, or the one replica planted
+drifted. Bad folders (a rank missing, iterations mixed, a tensor no rule covers) are exit 2 naming the
+file, and nothing is written. The real Megatron-Core folders of ../shared/corpus/dist/real2
+(torch and torch_dist, TP 2 × PP 2) are merged and compared with the sha256 of Megatron's own TP=1
+re-save when ../shared is here.
+
+Usage: test_megatron.py --tool PATH --work DIR
+"""
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+from test_merge import bad_folder, load, merged, run, same  # noqa: E402
+from test_repair import schema_problems, suite_main  # noqa: E402
+import make_megatron  # noqa: E402
+
+CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "mcore_tp2pp2")
+
+CASES = {
+    "tp2pp2": dict(tp=2, pp=2),
+    "tp2_gqa_swiglu": dict(tp=2, heads=8, groups=2, swiglu=True),
+    "tp4pp2_vp2_tied": dict(tp=4, pp=2, vp=2, layers=8, tied=True, vocab=100),
+    "tp2_ep2_moe_swiglu": dict(tp=2, ep=2, experts=4, swiglu=True),
+    "pp3": dict(pp=3, layers=6),
+    "tp1pp1": dict(),
+}
+
+
+def as_dict(sd):
+    return {k: v for k, v in sd.items()}
+
+
+def check_case(s_, name, save, expected, config):
+    out = os.path.join(s_.work, name + ".pth")
+    merged(s_, save, out)
+    if os.path.exists(out):
+        got = load(out)
+        s_.check(sorted(got) == sorted(expected), "%s: merged keys %s, expected %s" % (name, sorted(set(got) ^ set(expected))[:6], len(expected)))
+        s_.check(same(as_dict(got), {k: expected[k] for k in got if k in expected}) and set(got) == set(expected),
+                 "%s: merged tensors differ from the full model" % name)
+    st = os.path.join(s_.work, name + ".safetensors")
+    merged(s_, save, st, "--dtype", "bfloat16")
+    r = run(s_, "verify", save, out)
+    s_.check(r.returncode == 0, "%s: verify DIR merged.pth: exit %d %s%s" % (name, r.returncode, r.stdout, r.stderr))
+    r = run(s_, "inspect", save, "--json")
+    s_.check(r.returncode == 0, "%s: inspect: %s" % (name, r.stderr))
+    if r.returncode == 0:
+        j = json.loads(r.stdout)
+        s_.check(not schema_problems(j), "%s: inspect schema: %s" % (name, schema_problems(j)[:3]))
+        listed = sorted((t["state_dict_key"], t["dtype"], t["shape"]) for t in j["tensors"] if t["state_dict_key"] is not None)
+        want = sorted((k, str(v.dtype).replace("torch.", ""), list(v.shape)) for k, v in expected.items() if v is not None)
+        s_.check(listed == want, "%s: inspect lists other keys, dtypes or shapes than the full model" % name)
+        d = j["distributed"]
+        par = d["parallel"]
+        s_.check(d["layout"] == "megatron-torch" and d["iteration"] == 7 and
+                 (par["tensor"], par["pipeline"], par["expert"], par["virtual_pipeline"]) ==
+                 (config.get("tp", 1), config.get("pp", 1), config.get("ep", 1), config.get("vp", 1)),
+                 "%s: inspect's distributed section: %s" % (name, {k: d[k] for k in ("layout", "iteration", "parallel")}))
+        s_.check(d["model_shape"].get("layers") == str(config.get("layers", 4)), "%s: model_shape %s" % (name, d["model_shape"]))
+    r = run(s_, "verify", save)
+    s_.check(r.returncode == 0, "%s: verify DIR: exit %d %s%s" % (name, r.returncode, r.stdout, r.stderr))
+    r = run(s_, "diff-keys", save, out)
+    s_.check(r.returncode == 0, "%s: diff-keys DIR merged: exit %d %s" % (name, r.returncode, r.stdout))
+    r = run(s_, "scan", os.path.join(save, "iter_0000007"))
+    s_.check(r.returncode == 0, "%s: scan: exit %d %s" % (name, r.returncode, r.stdout[-400:]))
+
+
+def test_fixtures(s_):
+    for name, config in CASES.items():
+        save = os.path.join(s_.work, name)
+        expected = make_megatron.write(save, **config)
+        check_case(s_, name, save, expected, config)
+        # The iteration folder itself, and --tag naming it, open the same
+        r = run(s_, "inspect", os.path.join(save, "iter_0000007"))
+        s_.check(r.returncode == 0, "%s: inspect iter folder: %s" % (name, r.stderr))
+
+
+def test_drift(s_):
+    save = os.path.join(s_.work, "drift")
+    make_megatron.write(save, tp=2, pp=2, drift="decoder.layers.1.pre_mlp_layernorm.weight")
+    r = run(s_, "verify", save, "--json")
+    j = json.loads(r.stdout) if r.stdout else {}
+    found = [f for f in j.get("findings", []) if f["kind"] == "replica_drift"]
+    s_.check(r.returncode == 1 and len(found) == 1 and found[0]["key"] == "decoder.layers.1.pre_mlp_layernorm.weight",
+             "drift: verify exit %d findings %s" % (r.returncode, j.get("findings")))
+    r = run(s_, "verify", save)
+    s_.check("mp_rank_01_000" in r.stdout and "1 of 32 elements differ" in r.stdout, "drift: verify text: %s" % r.stdout)
+    # tied copy drifted: the last stage's output layer against the embedding
+    save = os.path.join(s_.work, "drift_tied")
+    make_megatron.write(save, tp=2, pp=2, tied=True, drift="output_layer.weight")
+    r = run(s_, "verify", save, "--json")
+    j = json.loads(r.stdout) if r.stdout else {}
+    found = [f for f in j.get("findings", []) if f["kind"] == "replica_drift"]
+    s_.check(r.returncode == 1 and len(found) == 1 and found[0]["key"].startswith("output_layer.weight"),
+             "drift_tied: verify exit %d findings %s" % (r.returncode, j.get("findings")))
+
+
+def test_bad(s_):
+    base = os.path.join(s_.work, "bad_src")
+    make_megatron.write(base, tp=2, pp=2)
+    w = os.path.join(s_.work, "bad")
+
+    def fresh():
+        if os.path.exists(w):
+            shutil.rmtree(w)
+        shutil.copytree(base, w)
+        return os.path.join(w, "iter_0000007")
+
+    it = fresh()
+    os.remove(os.path.join(it, "mp_rank_01_001", "model_optim_rng.pt"))
+    bad_folder(s_, "a rank file missing", w, "mp_rank_01_001/model_optim_rng.pt")
+    it = fresh()
+    make_megatron.write(os.path.join(s_.work, "other_iter"), tp=2, pp=2, iteration=8)
+    shutil.copy(os.path.join(s_.work, "other_iter", "iter_0000008", "mp_rank_00_001", "model_optim_rng.pt"),
+                os.path.join(it, "mp_rank_00_001", "model_optim_rng.pt"))
+    bad_folder(s_, "iterations mixed", w, "iteration 8")
+    it = fresh()
+    make_megatron.write(os.path.join(s_.work, "other_tp"), tp=4, pp=2)
+    shutil.copytree(os.path.join(s_.work, "other_tp", "iter_0000007", "mp_rank_02_000"), os.path.join(it, "mp_rank_02_000"))
+    bad_folder(s_, "a rank past the degrees", w, "mp_rank_02_000")
+    fresh()
+    with open(os.path.join(w, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("9")
+    bad_folder(s_, "the tracker names a missing iteration", w, "iter_0000009")
+    save = os.path.join(s_.work, "unknown")
+    make_megatron.write(save, tp=2, extra=("embedding.adapter.weight", torch.randn(8, 4)))
+    bad_folder(s_, "a split tensor no rule covers", save, "embedding.adapter.weight")
+    it = fresh()
+    data = open(os.path.join(it, "mp_rank_00_000", "model_optim_rng.pt"), "rb").read()
+    open(os.path.join(it, "mp_rank_00_000", "model_optim_rng.pt"), "wb").write(data[: len(data) // 2])
+    bad_folder(s_, "a rank file cut", w, "mp_rank_00_000/model_optim_rng.pt")
+
+
+def sha(t):
+    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+
+
+def extra_state_name(key):
+    """decoder.layers.mlp.linear_fc1._extra_state/shard_2_4 (torch_dist, stacked) → decoder.layers.2.mlp.linear_fc1._extra_state"""
+    if "/shard_" not in key:
+        return key
+    base, shard = key.split("/shard_")
+    return "decoder.layers.%s.%s" % (shard.split("_")[0], base[len("decoder.layers."):])
+
+
+def test_corpus(s_):
+    if not os.path.isdir(CORPUS):
+        print("shared corpus: skipped (%s is not here)" % CORPUS)
+        return
+    truth = json.load(open(os.path.join(CORPUS, "truth.json")))["cases"]
+    for case, folder, keys in (("mcore_torch_tp2pp2", "torch", "keys"), ("mcore_dist_tp2pp2", "torch_dist", "keys_megatron_tp1pp1")):
+        want = truth[case][keys]
+        for ext in (".pth", ".safetensors"):
+            out = os.path.join(s_.work, "corpus_" + folder + ext)
+            merged(s_, os.path.join(CORPUS, folder), out)
+            if ext == ".safetensors":
+                back = out + ".pth"
+                r = run(s_, "convert", out, "-o", back)
+                s_.check(r.returncode == 0, "corpus %s: convert back: %s" % (folder, r.stderr))
+                out = back
+            if not os.path.exists(out):
+                continue
+            got = load(out)
+            wrong = [k for k, v in want.items()
+                     if k not in got or sha(got[k]) != v["sha256"] or list(got[k].shape) != v["shape"]
+                     or str(got[k].dtype) != "torch." + v["dtype"]]
+            others = {k: v for k, v in got.items() if k not in want}
+            # .pth keeps the `_extra_state` values (None here) strict loading wants; safetensors holds tensors only
+            want_others = {} if ext == ".safetensors" else {extra_state_name(k): None for k in truth[case]["non_tensor_keys"]
+                                                                if k.endswith("_extra_state") or "._extra_state/" in k}
+            s_.check(not wrong and others == want_others, "corpus %s%s: %d tensors differ from Megatron's TP=1 save (%s), other keys %s"
+                     % (folder, ext, len(wrong), wrong[:3], sorted(set(others) ^ set(want_others))[:4]))
+        r = run(s_, "inspect", os.path.join(CORPUS, folder), "--json")
+        j = json.loads(r.stdout) if r.returncode == 0 else {}
+        listed = {t["state_dict_key"]: (t["dtype"], t["shape"]) for t in j.get("tensors", []) if t["state_dict_key"]}
+        s_.check(listed == {k: (v["dtype"], v["shape"]) for k, v in want.items()}, "corpus %s: inspect keys" % folder)
+        par = (j.get("distributed") or {}).get("parallel") or {}
+        s_.check((par.get("tensor"), par.get("pipeline")) == (2, 2), "corpus %s: degrees %s" % (folder, par))
+        for cmd in (["verify", os.path.join(CORPUS, folder)], ["scan", os.path.join(CORPUS, folder)],
+                    ["verify", os.path.join(CORPUS, folder), os.path.join(CORPUS, "ref_tp1pp1")]):
+            r = run(s_, *cmd)
+            s_.check(r.returncode == 0, "corpus %s: %s: exit %d %s" % (folder, cmd[0], r.returncode, r.stdout[-500:]))
+    # the torch_dist moments merged by name equal the live run's Adam moments
+    live = torch.load(os.path.join(CORPUS, "live_optim_full.pt"), weights_only=False)
+    r = run(s_, "inspect", os.path.join(CORPUS, "torch_dist"), "--json")
+    s_.check(r.returncode == 0 and "optimizer_moments" in r.stdout, "corpus torch_dist: the moments are not listed")
+    s_.check(isinstance(live, dict), "live_optim_full.pt: %s" % type(live))
+
+
+def main():
+    def body(s_, _args):
+        test_fixtures(s_)
+        test_drift(s_)
+        test_bad(s_)
+        test_corpus(s_)
+    return suite_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
