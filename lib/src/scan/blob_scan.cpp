@@ -193,9 +193,11 @@ void BlobScanner::scan_zip(ByteView b, const Where& w, bool torch_takes_it, bool
         m_pickles.note("parse_error", w.name, w.base, "a zip that no loader opens (" + t.problem + ")");
         return;
     }
-    // A .distcp is archives one after another: zipfile reads the last one only, torch.load none;
-    // torch.distributed.checkpoint reads each by the offsets its .metadata gives.
-    if (torch_takes_it && !t.ok() && scan_archive_run(b, w)) return;
+    // A .distcp is archives one after another: zipfile reads the last one only, torch.load none (or,
+    // when the last archive's directory offset happens to land on an earlier one's, as with two
+    // items of one size, that one); torch.distributed.checkpoint reads each by the offsets its
+    // .metadata gives. Each is scanned, so no reading is left unscanned.
+    if (torch_takes_it && scan_archive_run(b, w)) return;
 
     const ZipReading& main = t.ok() ? t : p;
     std::string root(torch_root(t));
