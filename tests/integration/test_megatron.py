@@ -89,6 +89,47 @@ def test_fixtures(s_):
         s_.check(r.returncode == 0, "%s: inspect iter folder: %s" % (name, r.stderr))
 
 
+DIST_CASES = {
+    "dist_tp2pp2": dict(tp=2, pp=2),
+    "dist_tp2_gqa_swiglu_tied": dict(tp=2, pp=1, heads=8, groups=2, swiglu=True, tied=True),
+    "dist_tp1pp2_era22": dict(tp=1, pp=2, era="2.2"),
+}
+
+
+def test_dist_fixtures(s_):
+    for name, config in DIST_CASES.items():
+        save = os.path.join(s_.work, name)
+        expected = make_megatron.write_dist(save, **config)
+        out = os.path.join(s_.work, name + ".pth")
+        merged(s_, save, out)
+        if os.path.exists(out):
+            got = load(out)
+            s_.check(set(got) == set(expected) and same(as_dict(got), {k: expected[k] for k in got if k in expected}),
+                     "%s: merged state dict differs from the full model: %s" % (name, sorted(set(got) ^ set(expected))[:6]))
+        r = run(s_, "inspect", save, "--json")
+        j = json.loads(r.stdout) if r.returncode == 0 else {}
+        s_.check(r.returncode == 0 and not schema_problems(j), "%s: inspect: %s %s" % (name, r.stderr, schema_problems(j)[:2]))
+        if j:
+            d = j["distributed"]
+            s_.check(d["layout"] == "megatron-torch_dist" and d["iteration"] == 7 and d["parallel"]["tensor"] == config.get("tp", 2),
+                     "%s: distributed section %s" % (name, d))
+            moments = [t["key"] for t in j["tensors"] if t["key"].startswith("optimizer_moments.exp_avg.")]
+            tensors = [k for k, v in expected.items() if v is not None]
+            s_.check(sorted(moments) == sorted("optimizer_moments.exp_avg." + k for k in tensors),
+                     "%s: moments listed %s" % (name, moments[:4]))
+        for cmd in (["verify", save], ["verify", save, out], ["scan", os.path.join(save, "iter_0000007")]):
+            r = run(s_, *cmd)
+            s_.check(r.returncode == 0, "%s: %s: exit %d %s%s" % (name, cmd[0], r.returncode, r.stdout[-400:], r.stderr))
+    # without metadata.json the folder is a plain DCP folder (Megatron writes it last: a save cut short)
+    save = os.path.join(s_.work, "dist_tp2pp2")
+    os.remove(os.path.join(save, "iter_0000007", "metadata.json"))
+    r = run(s_, "inspect", save)
+    s_.check(r.returncode == 2 and "iter_0000007" in r.stderr and "unfinished save" in r.stderr, "dist without metadata.json: %s" % r.stderr)
+    save = os.path.join(s_.work, "dist_nocommon")
+    make_megatron.write_dist(save, common_pt=False)
+    bad_folder(s_, "torch_dist without common.pt", save, "no common.pt")
+
+
 def test_drift(s_):
     save = os.path.join(s_.work, "drift")
     make_megatron.write(save, tp=2, pp=2, drift="decoder.layers.1.pre_mlp_layernorm.weight")
@@ -204,6 +245,7 @@ def test_corpus(s_):
 def main():
     def body(s_, _args):
         test_fixtures(s_)
+        test_dist_fixtures(s_)
         test_drift(s_)
         test_bad(s_)
         test_corpus(s_)
