@@ -8,6 +8,10 @@ bench/out/merge/, git-ignored): a model of N float32 tensors of 4096x4096 (64 Mi
          merge reads the masters either way, and the folder stays small enough for this disk)
   zero3  DeepSpeed ZeRO-3 over 2 ranks
   dcp    torch.distributed.checkpoint over 2 ranks, every tensor row-sharded (Shard(0))
+  mcore-torch, mcore-dist   a Megatron-Core GPT (16 layers, hidden 2048 at 4g / 1024 at 1g, vocabulary
+         32000) saved with TP 2 × PP 2 by tests/fixtures/make_megatron.py: --ckpt-format torch (4 rank
+         files) and torch_dist (DCP, layers stacked [L, …]); the Python route loads every rank file
+         (or every DCP item) with torch and joins the tensor-parallel pieces by Megatron's rules
 
 Rows, each run --runs times (median wall, peak RSS over the runs), page cache warm:
   ckpt-tool  merge DIR -o OUT.pth  and  -o OUT.safetensors (read back and compared, fsynced)
@@ -48,6 +52,14 @@ groups = [[("layers.%%d.weight" %% (g * per + i), (4096, 4096)) for i in range(p
 if layout in ("zero2", "zero3"):
     make_dist.write_deepspeed(out, stage=int(layout[-1]), ws=2, groups=groups, module_dtype=torch.float16,
                               optimizer_state=False)
+elif layout.startswith("mcore"):
+    import make_megatron
+    hidden = 2048 if n == 64 else 1024
+    config = dict(tp=2, pp=2, layers=16, hidden=hidden, ffn=4 * hidden, heads=16, groups=16, vocab=32000)
+    if layout == "mcore-torch":
+        make_megatron.write(out, **config)
+    else:
+        make_megatron.write_dist(out, moments=False, **config)
 else:
     g = torch.Generator().manual_seed(0)
     sd = {"model": {name: torch.randn(*shape, generator=g) for grp in groups for name, shape in grp}, "step": 1}
@@ -56,11 +68,71 @@ else:
 """
 
 PYTHON_ROUTE = r"""
-import io, math, os, pickle, sys, torch
+import io, math, os, pickle, re, sys, torch
 sys.path.insert(0, %(fixtures)r)
 import make_dist
 folder, out, layout = %(folder)r, %(out)r, %(layout)r
-if layout in ("zero2", "zero3"):
+if layout == "mcore-torch":
+    # Load every rank file, renumber each stage's layers, cat the tensor-parallel pieces by Megatron's rules.
+    it = os.path.join(folder, "iter_%%07d" %% int(open(os.path.join(folder, "latest_checkpointed_iteration.txt")).read()))
+    ranks = {}
+    for d in sorted(os.listdir(it)):
+        t, p = (int(x) for x in d.split("_")[2:4])
+        ranks[(p, t)] = torch.load(os.path.join(it, d, "model_optim_rng.pt"), map_location="cpu")
+    tp = 1 + max(t for _, t in ranks)
+    pp = 1 + max(p for p, _ in ranks)
+    sd, offset = {}, 0
+    for p in range(pp):
+        models = [ranks[(p, t)]["model"] for t in range(tp)]
+        layers = set()
+        for name in models[0]:
+            m = re.match(r"decoder\.layers\.(\d+)\.(.*)", name)
+            if m:
+                layers.add(int(m.group(1)))
+            glob = "decoder.layers.%%d.%%s" %% (int(m.group(1)) + offset, m.group(2)) if m else name
+            pieces = [mm[name] for mm in models]
+            if pieces[0] is None or not torch.is_tensor(pieces[0]):
+                sd[glob] = pieces[0]
+            elif name.endswith(("word_embeddings.weight", "output_layer.weight", "linear_qkv.weight", "linear_qkv.bias",
+                                "linear_fc1.weight", "linear_fc1.bias")):
+                sd[glob] = torch.cat(pieces, 0)
+            elif name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+                sd[glob] = torch.cat(pieces, 1)
+            else:
+                sd[glob] = pieces[0]
+        offset += len(layers)
+elif layout == "mcore-dist":
+    # dcp_to_torch_save's route (every item into memory), then the [L, ...] tensors cut per layer.
+    make_dist._dcp_classes("2.4")
+    meta = pickle.load(open(os.path.join(folder, "iter_0000007", ".metadata"), "rb"))
+    files = {}
+    def item(info):
+        f = files.setdefault(info.relative_path, open(os.path.join(folder, "iter_0000007", info.relative_path), "rb"))
+        f.seek(info.offset)
+        return torch.load(io.BytesIO(f.read(info.length)))
+    where = {(k.fqn, tuple(k.offset) if k.offset is not None else None): v for k, v in meta.storage_data.items()}
+    sd = {}
+    args = torch.load(os.path.join(folder, "iter_0000007", "common.pt"))["args"]
+    for key, md in meta.state_dict_metadata.items():
+        if not hasattr(md, "chunks"):
+            m = re.match(r"decoder\.layers\.(.*)/shard_(\d+)_\d+", key)
+            if m and m.group(1).endswith("_extra_state"):
+                sd["decoder.layers.%%s.%%s" %% (m.group(2), m.group(1))] = item(where[(key, None)])[0]
+            continue
+        t = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+        for ch in md.chunks:
+            view = t
+            for dim, (o, z) in enumerate(zip(ch.offsets, ch.sizes)):
+                view = view.narrow(dim, o, z)
+            view.copy_(item(where[(key, tuple(ch.offsets))]))
+        if key.startswith("decoder.layers."):
+            rest = key[len("decoder.layers."):].replace("self_attention.linear_qkv.layer_norm_", "input_layernorm.")
+            rest = rest.replace("mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm.")
+            for l in range(t.shape[0]):
+                sd["decoder.layers.%%d.%%s" %% (l, rest)] = t[l].clone()
+        else:
+            sd[key] = t
+elif layout in ("zero2", "zero3"):
     tag = open(os.path.join(folder, "latest")).read().strip()
     d = os.path.join(folder, tag)
     files = sorted(f for f in os.listdir(d) if f.endswith("optim_states.pt"))
@@ -114,6 +186,18 @@ else:
 torch.save(sd, out)
 """
 
+CHECK_SAME_KEYS = r"""
+import sys, torch
+a = torch.load(%(tool)r); b = torch.load(%(python)r)
+assert set(a) == set(b), sorted(set(a) ^ set(b))[:4]
+for k in b:
+    if torch.is_tensor(b[k]):
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), k
+    else:
+        assert a[k] == b[k], k
+print("equal: %%d entries" %% len(b))
+"""
+
 CHECK = r"""
 import sys, torch
 a = torch.load(%(tool)r); b = torch.load(%(python)r)
@@ -137,6 +221,11 @@ def folder_for(args, layout):
 
 
 def data_files(folder, layout):
+    if layout.startswith("mcore"):
+        out = []
+        for top, _dirs, names in os.walk(folder):
+            out += [os.path.join(top, n) for n in names if n.endswith((".pt", ".distcp")) and n != "common.pt"]
+        return sorted(out)
     if layout == "dcp":
         return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".distcp"))
     d = os.path.join(folder, open(os.path.join(folder, "latest")).read().strip())
@@ -148,7 +237,7 @@ def main():
     ap.add_argument("--tool", default=os.path.join(ROOT, "build", "ckpt-tool"))
     ap.add_argument("--size", default="4g", choices=["4g", "1g"])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--layouts", default="zero2,zero3,dcp")
+    ap.add_argument("--layouts", default="zero2,zero3,dcp,mcore-torch,mcore-dist")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "out", "merge"))
     args = ap.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
@@ -177,7 +266,8 @@ def main():
             r = launcher.run(rows[k])
             if r["rc"] != 0:
                 sys.exit("%s %s failed: %s" % (layout, k, r["stderr"]))
-        chk = subprocess.run([PY, "-c", CHECK % {"tool": out_pth, "python": out_py}], capture_output=True, text=True)
+        check = CHECK_SAME_KEYS if layout.startswith("mcore") else CHECK
+        chk = subprocess.run([PY, "-c", check % {"tool": out_pth, "python": out_py}], capture_output=True, text=True)
         if chk.returncode != 0:
             sys.exit("%s: the tool's merge differs from the Python route's: %s" % (layout, chk.stderr[-400:]))
         times = {k: [] for k in rows}
