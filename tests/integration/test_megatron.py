@@ -130,6 +130,29 @@ def test_dist_fixtures(s_):
     bad_folder(s_, "torch_dist without common.pt", save, "no common.pt")
 
 
+def test_unpad(s_):
+    for name, writer in (("unpad_torch", make_megatron.write), ("unpad_dist", make_megatron.write_dist)):
+        save = os.path.join(s_.work, name)
+        expected = writer(save, tp=2, pp=2, vocab=60)
+        for extra, rows in ((["--unpad-vocab"], 60), (["--unpad-vocab", "50"], 50)):
+            out = os.path.join(s_.work, name + "_%d.safetensors" % rows)
+            merged(s_, save, out, *extra)
+            back = out + ".pth"
+            r = run(s_, "convert", out, "-o", back)
+            if r.returncode:
+                s_.check(False, "%s: convert back: %s" % (name, r.stderr))
+                continue
+            got = load(back)
+            for k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+                s_.check(same(got[k], expected[k][:rows]), "%s %s: %s is %s, not the first %d rows" % (name, extra, k, tuple(got[k].shape), rows))
+            s_.check(same(got["decoder.layers.0.mlp.linear_fc1.weight"], expected["decoder.layers.0.mlp.linear_fc1.weight"]),
+                     "%s: other tensors changed" % name)
+        r = run(s_, "merge", save, "-o", os.path.join(s_.work, "unpad_bad.pth"), "--unpad-vocab", "65")
+        s_.check(r.returncode == 2 and "has only 64 rows" in r.stderr, "%s: --unpad-vocab 65: %s" % (name, r.stderr))
+    r = run(s_, "merge", os.path.join(s_.work, "tp2pp2.pth"), "-o", os.path.join(s_.work, "unpad_bad.pth"), "--unpad-vocab")
+    s_.check(r.returncode == 2 and "no Megatron folder" in r.stderr, "--unpad-vocab on a plain file: %s" % r.stderr)
+
+
 def test_drift(s_):
     save = os.path.join(s_.work, "drift")
     make_megatron.write(save, tp=2, pp=2, drift="decoder.layers.1.pre_mlp_layernorm.weight")
@@ -246,6 +269,7 @@ def main():
     def body(s_, _args):
         test_fixtures(s_)
         test_dist_fixtures(s_)
+        test_unpad(s_)
         test_drift(s_)
         test_bad(s_)
         test_corpus(s_)

@@ -246,6 +246,9 @@ struct OpenOptions {
     std::optional<std::string> tag;             // --tag: a DeepSpeed folder's tag to read (default: `latest`)
     PickleLimits pickle_limits;
     bool trace_pickle = false;  // keep a PickleTrace (for writers that patch data.pkl)
+    // --unpad-vocab: Megatron's word embeddings and output layer cut to this many rows (0: the
+    // vocab_size its args record); refused for other inputs.
+    std::optional<int64_t> unpad_vocab;
 };
 
 class Checkpoint {

@@ -50,6 +50,8 @@ MergeReport merge(const MergeRequest& rq) {
     if (!c->problems().empty())
         throw Error(ErrorKind::corrupt, rq.input, "will not merge a damaged checkpoint: " + c->problems().front().message);
     r.dist = c->dist();
+    if (rq.open.unpad_vocab && !(r.dist && text::starts_with(r.dist->layout, "megatron")))
+        throw Error(ErrorKind::usage, rq.input, "--unpad-vocab cuts a Megatron-LM save's padded vocabulary; this is no Megatron folder");
     if (r.dist) r.notes = r.dist->notes;
     if (!folder.empty()) r.notes.insert(r.notes.begin(), rq.input + " is one rank's file: merged its folder " + folder);
     const StateDict& sd = c->state_dict();

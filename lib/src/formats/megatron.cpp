@@ -18,6 +18,7 @@
 // verify compares every copy). A tensor no rule covers is refused when it is split: the files do not
 // say along which dimension.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -273,7 +274,7 @@ struct RankFile {
     std::vector<std::vector<std::pair<std::string, const Value*>>> chunks;  // per virtual stage: its model's entries
 };
 
-void open_legacy(DistView& view, const std::string& dir, Value* root) {
+void open_legacy(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab) {
     DistInfo& info = *view.c.dist;
     info.layout = "megatron-torch";
     // The rank folders, then what their names mean (args of the first says which suffix is which).
@@ -296,6 +297,10 @@ void open_legacy(DistView& view, const std::string& dir, Value* root) {
         throw Error(ErrorKind::corrupt, first->path(), "args holds model-parallel degrees out of range");
     info.parallel = d;
     describe_model(args, info);
+    vocab = args.i("vocab_size");
+    if (auto cv = field(first->root(), "checkpoint_version"); cv && cv->kind == ValueKind::floating && cv->f() < 2.0 && d.tensor > 1)
+        throw Error(ErrorKind::unsupported, first->path(),
+                    "checkpoint_version " + repr(cv, 20) + " orders the fused QKV rows per rank another way (Megatron's fix_query_key_value_ordering): not merged");
     std::map<std::tuple<int, int, int>, std::string> by_rank;
     for (const auto& [n, nums] : names) {
         size_t want = 1 + (d.pipeline > 1) + (d.expert > 1);
@@ -584,7 +589,7 @@ void open_legacy(DistView& view, const std::string& dir, Value* root) {
 // ---------------------------------------------------------------------------------------------
 // --ckpt-format torch_dist
 
-void open_torch_dist(DistView& view, const std::string& dir, Value* root) {
+void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab) {
     DistInfo& info = *view.c.dist;
     info.layout = "megatron-torch_dist";
     auto meta_json = read_json_file(dir + "/metadata.json");
@@ -616,6 +621,7 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root) {
     Args args{field(common, "args")};
     if (!args.v) throw Error(ErrorKind::corrupt, dir + "/common.pt", "holds no `args`: the model's shape is unknown");
     info.parallel = degrees_of(args);
+    vocab = args.i("vocab_size");
     info.iteration = int_of(field(common, "iteration"));
     describe_model(args, info);
     std::string era = field(folder.meta, "mcore_data") ? " ≤ 0.14" : dist::class_of(folder.meta).find("MCoreMetadata") != std::string::npos ? " 0.15" : "";
@@ -763,6 +769,38 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root) {
                              "): their expert axis is not split per expert yet");
 }
 
+// --unpad-vocab: the rows of the word embeddings and the output layer (and their moments) past the
+// true vocabulary are padding (vocab_utils.py: padded to a multiple of make_vocab_size_divisible_by ×
+// TP); each such tensor becomes a view of its first `rows` rows, which stays contiguous.
+void unpad(Checkpoint::Contents& c, Value* root, int64_t rows, const std::string& dir) {
+    if (rows <= 0) throw Error(ErrorKind::usage, dir, "--unpad-vocab: args records no vocab_size; give the true vocabulary size (--unpad-vocab N)");
+    size_t cut = 0;
+    std::function<void(Value*, const std::string&)> walk = [&](Value* d, const std::string& prefix) {
+        for (size_t i = 0; i < d->dict_size(); ++i) {
+            auto k = str_of(d->dict_key(i));
+            Value* v = d->dict_value(i);
+            if (!k || !v) continue;
+            std::string name = prefix + std::string(*k);
+            if (v->kind == ValueKind::dict) {
+                walk(v, name + ".");
+                continue;
+            }
+            if (v->kind != ValueKind::tensor || !(text::ends_with(name, "word_embeddings.weight") || text::ends_with(name, "output_layer.weight"))) continue;
+            TensorInfo& t = c.tensors[static_cast<size_t>(v->i())];
+            if (t.shape.empty() || t.shape[0] < rows)
+                throw Error(ErrorKind::usage, dir, "--unpad-vocab " + std::to_string(rows) + ": " + name + " has only " +
+                                                       (t.shape.empty() ? std::string("no") : std::to_string(t.shape[0])) + " rows");
+            t.shape[0] = rows;
+            if (const char* why = t.count_elements()) throw Error(ErrorKind::corrupt, dir, name + ": " + why);
+            ++cut;
+        }
+    };
+    if (Value* m = root->get("model")) walk(m, "");
+    if (Value* m = root->get("optimizer_moments")) walk(m, "optimizer_moments.");
+    if (!cut) throw Error(ErrorKind::usage, dir, "--unpad-vocab: no word embeddings or output layer to cut");
+    c.dist->notes.push_back("--unpad-vocab: the word embeddings and output layer cut to their first " + std::to_string(rows) + " rows (the rest is padding)");
+}
+
 }  // namespace
 
 DistTarget megatron_target(const std::string& path) {
@@ -780,8 +818,10 @@ std::unique_ptr<Checkpoint> open_megatron(const std::string& given, const OpenOp
     c->dist->dir = dir;
     DistView view(*c, options);
     Value* root = view.dict();
-    if (legacy_iteration_dir(dir)) open_legacy(view, dir, root);
-    else open_torch_dist(view, dir, root);
+    std::optional<int64_t> vocab;
+    if (legacy_iteration_dir(dir)) open_legacy(view, dir, root, vocab);
+    else open_torch_dist(view, dir, root, vocab);
+    if (options.unpad_vocab) unpad(*c, root, *options.unpad_vocab ? *options.unpad_vocab : vocab.value_or(0), dir);
     view.finish(root, "model");
     for (const TensorInfo& t : c->tensors) c->dist->elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
