@@ -19,11 +19,12 @@ Runner setup_merge(CLI::App& sub, const GlobalOptions& global) {
     auto a = std::make_shared<MergeArgs>();
     ckpt::MergeRequest& r = a->request;
     sub.add_option("IN", r.input,
-                   "A DeepSpeed checkpoint folder (the top folder, a tag folder or one of its files), a "
+                   "A DeepSpeed checkpoint folder (the top folder, a tag folder or one of its files), a Megatron-LM save "
+                   "(its folder or an iteration folder), a "
                    "torch.distributed.checkpoint folder (or its .metadata / a .distcp), or any checkpoint (never modified)")
         ->required();
     sub.add_option("-o,--output", r.output, "The file to write: .pth/.pt/.bin, or .safetensors");
-    sub.add_option("--tag", a->tag, "DeepSpeed: the tag folder to merge (default: what `latest` names)");
+    sub.add_option("--tag", a->tag, "DeepSpeed: the tag folder to merge (default: what `latest` names); Megatron: the iteration (1000 or iter_0001000)");
     sub.add_option("--dtype", a->dtype, "bfloat16|float16|float32|float64: cast floating-point tensors (default: as stored; DeepSpeed's fp32 masters)");
     sub.add_option("--strip-prefix", a->strip,
                    "Remove a leading prefix from every state-dict name (repeatable); with no value, the wrappers "

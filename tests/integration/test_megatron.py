@@ -130,6 +130,21 @@ def test_dist_fixtures(s_):
     bad_folder(s_, "torch_dist without common.pt", save, "no common.pt")
 
 
+def test_integrity(s_):
+    save = os.path.join(s_.work, "integrity")
+    make_megatron.write_dist(save, integrity=True)
+    it = os.path.join(save, "iter_0000007")
+    r = run(s_, "verify", save)
+    s_.check(r.returncode == 0, "integrity: verify of an intact folder: exit %d %s" % (r.returncode, r.stdout))
+    with open(os.path.join(it, "metadata.json"), "a") as f:
+        f.write(" ")
+    open(os.path.join(it, "notes.txt"), "w").write("added later")
+    r = run(s_, "verify", save, "--json")
+    j = json.loads(r.stdout) if r.stdout else {}
+    found = sorted(f["key"] for f in j.get("findings", []) if f["kind"] == "integrity_mismatch")
+    s_.check(r.returncode == 1 and found == ["metadata.json", "notes.txt"], "integrity: findings %s" % j.get("findings"))
+
+
 def test_unpad(s_):
     for name, writer in (("unpad_torch", make_megatron.write), ("unpad_dist", make_megatron.write_dist)):
         save = os.path.join(s_.work, name)
@@ -269,6 +284,7 @@ def main():
     def body(s_, _args):
         test_fixtures(s_)
         test_dist_fixtures(s_)
+        test_integrity(s_)
         test_unpad(s_)
         test_drift(s_)
         test_bad(s_)

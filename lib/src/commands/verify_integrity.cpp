@@ -14,7 +14,10 @@
 #include "ckpt/error.hpp"
 #include "io/mapped_file.hpp"
 #include "io/zip.hpp"
+#include "formats/dist.hpp"
 #include "formats/gather.hpp"
+#include "io/json.hpp"
+#include "io/sha256.hpp"
 #include "model/optimizer.hpp"
 
 namespace ckpt {
@@ -220,6 +223,38 @@ void replica_findings(const DistInfo& d, std::vector<Finding>& out, uint64_t& by
     }
 }
 
+// Megatron's integrity.json (torch_dist, 2026-04 on): {"algorithm": "sha256", "files": {name: hex}}
+// over every regular file of the folder but itself. Each listed file hashed again; one missing,
+// changed or not listed is a finding.
+void integrity_findings(const DistInfo& d, std::vector<Finding>& out, uint64_t& bytes) {
+    const std::string path = d.dir + "/integrity.json";
+    if (d.layout != "megatron-torch_dist" || !dist::is_file(path)) return;
+    std::optional<nlohmann::json> j = read_json_file(path);
+    const nlohmann::json* files = j && j->is_object() && j->contains("files") ? &(*j)["files"] : nullptr;
+    if (!files || !files->is_object() || json_string_or(*j, "algorithm") != "sha256") {
+        out.push_back({"integrity_mismatch", "integrity.json", "integrity.json is not {\"algorithm\": \"sha256\", \"files\": {name: digest}}: nothing checked"});
+        return;
+    }
+    std::unordered_set<std::string> listed;
+    for (const auto& [name, digest] : files->items()) {
+        listed.insert(name);
+        if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || !digest.is_string()) {
+            out.push_back({"integrity_mismatch", name, "integrity.json lists \"" + name + "\", not a file of the folder with a digest"});
+            continue;
+        }
+        if (!dist::is_file(d.dir + "/" + name)) {
+            out.push_back({"integrity_mismatch", name, name + " is listed by integrity.json and missing"});
+            continue;
+        }
+        std::string got = sha256_file(d.dir + "/" + name, bytes);
+        if (got != digest.get<std::string>())
+            out.push_back({"integrity_mismatch", name, name + ": SHA-256 is " + got + ", integrity.json says " + digest.get<std::string>() + " (changed since the save)"});
+    }
+    for (const std::string& n : dist::list_dir(d.dir))
+        if (n != "integrity.json" && dist::is_file(d.dir + "/" + n) && !listed.count(n))
+            out.push_back({"integrity_mismatch", n, n + " is in the folder and not in integrity.json (added after the save?)"});
+}
+
 // A merged view (a DeepSpeed or DCP folder): every archive it was read from, each record's CRC-32
 // against its zip directory; and for ZeRO-1/2 the module's weights against the fp32 masters cast
 // down as the optimizer casts them (round to nearest even), which a checkpoint whose optimizer
@@ -247,6 +282,7 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
         f->release(*view);
     }
     replica_findings(d, out, bytes);
+    integrity_findings(d, out, bytes);
     if (d.module_states.empty() || d.masters.empty()) return;
     std::unique_ptr<Checkpoint> m = Checkpoint::open(d.dir + "/" + d.module_states);
     std::unordered_map<std::string, size_t> module_tensor, merged_tensor;

@@ -603,6 +603,8 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
         throw Error(ErrorKind::corrupt, dir + "/.metadata", "is missing: metadata.json says torch_dist, whose index it is");
     DcpFolder folder = read_dcp(view, dir);
     info.files.insert(info.files.begin(), "metadata.json");
+    if (dist::is_file(dir + "/integrity.json"))
+        info.notes.push_back("integrity.json: the SHA-256 of every file, which verify checks");
     // What is not a tensor: common.pt, or (newer saves) the common_state item.
     const Value* common = nullptr;
     std::unique_ptr<Checkpoint> common_part;
