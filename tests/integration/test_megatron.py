@@ -85,8 +85,19 @@ def test_fixtures(s_):
         expected = make_megatron.write(save, **config)
         check_case(s_, name, save, expected, config)
         # The iteration folder itself, and --tag naming it, open the same
-        r = run(s_, "inspect", os.path.join(save, "iter_0000007"))
-        s_.check(r.returncode == 0, "%s: inspect iter folder: %s" % (name, r.stderr))
+        for argv in (["inspect", os.path.join(save, "iter_0000007")], ["merge", save, "--tag", "7", "--dry-run", "--json"]):
+            r = run(s_, *argv)
+            s_.check(r.returncode == 0 and "iter_0000007" in r.stdout, "%s: %s: %s" % (name, argv, r.stderr))
+        # One rank's file: inspect hints at the folder, merge merges the folder
+        rank = os.path.join(save, "iter_0000007", sorted(os.listdir(os.path.join(save, "iter_0000007")))[-1], "model_optim_rng.pt")
+        r = run(s_, "inspect", rank, "--json")
+        hints = [h["kind"] for h in json.loads(r.stdout)["hints"]] if r.returncode == 0 else []
+        if name != "tp1pp1":
+            s_.check("megatron_rank_file" in hints, "%s: inspect of a rank file: hints %s" % (name, hints))
+            one = os.path.join(s_.work, name + ".one.pth")
+            merged(s_, rank, one)
+            if os.path.exists(one):
+                s_.check(same(as_dict(load(one)), as_dict(load(os.path.join(s_.work, name + ".pth")))), "%s: merge of one rank file is not the folder's merge" % name)
 
 
 DIST_CASES = {

@@ -8,6 +8,7 @@
 #include "model/keys.hpp"
 #include "model/optimizer.hpp"
 #include "ckpt/report.hpp"
+#include "base/text_util.hpp"
 #include "formats/deepspeed_folder.hpp"
 #include "formats/dist.hpp"
 #include "base/huge_pages.hpp"
@@ -177,10 +178,10 @@ InspectReport inspect(const Checkpoint& c, const InspectOptions& options) {
     for (const OptimizerRef& o : find_optimizers(c.root())) r.optimizers.push_back(summarise(o));
     DistFileHint dist_hint = dist_file_hint(c);  // formats/dist.cpp
     if (dist_hint.kind != "fsdp_local") add_prefix_hints(c, r);  // flat parameters lose nothing by a prefix
-    if (std::string dir = deepspeed_folder_of(c.path()); !dir.empty())
-        r.hints.push_back({"deepspeed_rank_file",
-                           "one rank's file of a DeepSpeed ZeRO checkpoint: `ckpt-tool inspect " + shell_quote(dir) +
-                               "` shows the merged model",
+    std::string save;
+    if (std::string dir = sharded_folder_of(c.path(), &save); !dir.empty())
+        r.hints.push_back({text::starts_with(save, "DeepSpeed") ? "deepspeed_rank_file" : "megatron_rank_file",
+                           "one rank's file of a " + save + ": `ckpt-tool inspect " + shell_quote(dir) + "` shows the merged model",
                            "ckpt-tool merge " + shell_quote(dir) + " -o model.pth"});
     if (!dist_hint.kind.empty()) r.hints.push_back({dist_hint.kind, "this file " + dist_hint.message, ""});
     // Storages saved on an accelerator: torch.load puts them back there, and fails where there is none.

@@ -43,7 +43,7 @@ MergeReport merge(const MergeRequest& rq) {
     r.dry_run = rq.dry_run;
     // One rank's file of a DeepSpeed folder stands for the folder; what one file of FSDP cannot be
     // merged into is refused with why.
-    std::string folder = deepspeed_folder_of(rq.input);  // formats/dist.cpp
+    std::string folder = sharded_folder_of(rq.input);  // formats/dist.cpp
     std::unique_ptr<Checkpoint> c = Checkpoint::open(folder.empty() ? rq.input : folder, rq.open);
     if (!c->dist())
         if (DistFileHint h = dist_file_hint(*c); !h.kind.empty()) throw Error(ErrorKind::unsupported, rq.input, h.message);

@@ -485,7 +485,7 @@ static StripPrefixReport strip_prefix_unnamed(const StripPrefixRequest& rq) {
         throw Error(ErrorKind::usage, rq.input, "--in-place replaces the input; -o names another file");
     if (!rq.in_place && rq.output.empty() && !rq.dry_run)
         throw Error(ErrorKind::usage, rq.input, "no output: give -o OUT, --in-place or --dry-run");
-    if (dist_target(rq.input).kind != DistKind::none || !deepspeed_folder_of(rq.input).empty())  // formats/dist.cpp
+    if (dist_target(rq.input).kind != DistKind::none || !sharded_folder_of(rq.input).empty())  // formats/dist.cpp
         throw Error(ErrorKind::usage, rq.input,
                     "is (part of) a sharded checkpoint of distributed training: strip-prefix rewrites one file; "
                     "`ckpt-tool merge` writes the merged state dict with the prefixes stripped (--strip-prefix)");

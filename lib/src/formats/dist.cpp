@@ -357,6 +357,18 @@ DistFileHint dist_file_hint(const Checkpoint& c) {
     return {};
 }
 
+std::string sharded_folder_of(const std::string& path, std::string* what) {
+    if (std::string d = deepspeed_folder_of(path); !d.empty()) {
+        if (what) *what = "DeepSpeed ZeRO checkpoint";
+        return d;
+    }
+    if (std::string d = megatron_folder_of(path); !d.empty()) {
+        if (what) *what = "Megatron-LM save";
+        return d;
+    }
+    return "";
+}
+
 DistTarget dist_target(const std::string& path) {
     if (DistTarget m = megatron_target(path); m.kind != DistKind::none) return m;  // before DCP: torch_dist is DCP inside
     if (dist::is_dir(path)) {

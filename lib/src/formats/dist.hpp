@@ -147,8 +147,14 @@ struct DcpFolder {
 // the writer). dcp.cpp places them as dcp_to_torch_save does; megatron.cpp renames them.
 DcpFolder read_dcp(DistView& view, const std::string& dir);
 
+// One rank's file of a sharded save beside the save's other rank files: that save's folder (a
+// DeepSpeed tag folder, a Megatron iteration folder), "" otherwise. merge reads the folder, inspect
+// points there, strip-prefix refuses. `what` (when given) says which ("DeepSpeed ZeRO checkpoint" …).
+std::string sharded_folder_of(const std::string& path, std::string* what = nullptr);
+
 // Megatron-LM: the folder that holds `path`'s iteration (a save folder, an iter_N folder), or none.
 DistTarget megatron_target(const std::string& path);
+std::string megatron_folder_of(const std::string& path);  // model_optim_rng.pt of mp_rank_* beside others: the iteration folder
 std::unique_ptr<Checkpoint> open_megatron(const std::string& dir, const OpenOptions& options);  // megatron.cpp
 
 }  // namespace ckpt

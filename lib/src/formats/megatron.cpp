@@ -805,6 +805,16 @@ void unpad(Checkpoint::Contents& c, Value* root, int64_t rows, const std::string
 
 }  // namespace
 
+std::string megatron_folder_of(const std::string& path) {
+    if (text::base_name(path) != k_rank_file || !dist::is_file(path)) return "";
+    std::string rank = text::parent_dir(path);
+    if (!std::regex_match(text::base_name(rank), rank_dir_pattern())) return "";
+    std::string it = text::parent_dir(rank);
+    int ranks = 0;
+    for (const std::string& n : dist::list_dir(it)) ranks += std::regex_match(n, rank_dir_pattern()) && dist::is_file(it + "/" + n + "/" + k_rank_file);
+    return ranks > 1 ? it : "";  // mp_rank_00 alone is a whole (TP=1, PP=1) save
+}
+
 DistTarget megatron_target(const std::string& path) {
     if (!dist::is_dir(path)) return {};
     if (dist::is_file(path + "/" + k_tracker) || iteration_dir(path)) return {DistKind::megatron, path};
