@@ -104,6 +104,7 @@ DIST_CASES = {
     "dist_tp2pp2": dict(tp=2, pp=2),
     "dist_tp2_gqa_swiglu_tied": dict(tp=2, pp=1, heads=8, groups=2, swiglu=True, tied=True),
     "dist_tp1pp2_era22": dict(tp=1, pp=2, era="2.2"),
+    "dist_moe_swiglu": dict(tp=2, pp=2, experts=4, swiglu=True),
 }
 
 

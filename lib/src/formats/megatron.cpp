@@ -660,16 +660,35 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
         if (layer >= 0) return 1 + layer;
         return text::starts_with(n, "embedding.") ? 0 : tail;
     };
+    // A tensor as the model names it: an expert tensor with its expert axis [E, …] first (SequentialMLP's
+    // mlp.experts.experts.X, TEGroupedMLP's mlp.experts.linear_fcN.weight) cut per expert.
+    auto num_experts = args.i("num_experts");
+    auto emit = [&](std::vector<Entry>& to, int64_t order, const std::string& name, DType dtype, std::vector<int64_t> shape,
+                    std::vector<RecordPiece> pieces) {
+        size_t seq = name.find(".mlp.experts.experts.");
+        bool grouped = seq == std::string::npos && name.find(".mlp.experts.linear_fc") != std::string::npos &&
+                       (text::ends_with(name, ".weight") || text::ends_with(name, ".bias"));
+        if (seq != std::string::npos || grouped) {
+            if (num_experts && *num_experts > 0 && !shape.empty() && shape[0] == *num_experts) {
+                std::vector<int64_t> sub(shape.begin() + 1, shape.end());
+                uint64_t per = dist::numel(sub) * dtype_size(dtype);
+                for (int64_t e = 0; e < *num_experts; ++e) {
+                    std::string n = seq != std::string::npos
+                                        ? name.substr(0, seq) + ".mlp.experts.local_experts." + std::to_string(e) + "." + name.substr(seq + 21)
+                                        : name + std::to_string(e);
+                    to.push_back({order, n, nullptr, dtype, sub, bytes_of(pieces, static_cast<uint64_t>(e) * per, per)});
+                }
+                return;
+            }
+            ++stacked_kept;
+            if (stacked_example.empty()) stacked_example = name + " " + dist::shape_text(shape);
+        }
+        to.push_back({order, name, nullptr, dtype, std::move(shape), std::move(pieces)});
+    };
     // A tensor under its key: per layer when stacked [L, …] under decoder.layers.<no number>.
     auto add = [&](std::vector<Entry>& to, const std::string& key, DcpItem& item) {
         const std::string stack = "decoder.layers.";
         if (text::starts_with(key, stack) && !(key.size() > stack.size() && std::isdigit(static_cast<unsigned char>(key[stack.size()])))) {
-            if (key.find(".experts.") != std::string::npos) {  // [L, E, …]: which axis is which is not checked yet
-                ++stacked_kept;
-                if (stacked_example.empty()) stacked_example = key;
-                to.push_back({tail, key, nullptr, item.dtype, item.shape, std::move(item.pieces)});
-                return;
-            }
             if (!num_layers || item.shape.empty() || item.shape[0] != *num_layers)
                 throw Error(ErrorKind::corrupt, dir + "/.metadata",
                             key + " is " + dist::shape_text(item.shape) + ", not stacked over the " + (num_layers ? std::to_string(*num_layers) : std::string("(unknown)")) +
@@ -678,14 +697,14 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
             uint64_t per = dist::numel(shape) * dtype_size(item.dtype);
             for (int64_t l = 0; l < *num_layers; ++l) {
                 std::string name = model_name(stack + std::to_string(l) + "." + key.substr(stack.size()));
-                to.push_back({order_of(name, l), name, nullptr, item.dtype, shape, bytes_of(item.pieces, static_cast<uint64_t>(l) * per, per)});
+                emit(to, order_of(name, l), name, item.dtype, shape, bytes_of(item.pieces, static_cast<uint64_t>(l) * per, per));
             }
             return;
         }
         auto ln = layer_number(key);
         int64_t layer = ln.first != std::string::npos && text::starts_with(key, stack) ? std::stoll(key.substr(ln.first, ln.second)) : -1;
         std::string name = model_name(key);
-        to.push_back({order_of(name, layer), name, nullptr, item.dtype, item.shape, std::move(item.pieces)});
+        emit(to, order_of(name, layer), name, item.dtype, item.shape, std::move(item.pieces));
     };
     static const std::regex layer_shard(R"(shard_(\d+)_(\d+))");
     for (DcpItem& item : folder.items) {
@@ -767,8 +786,8 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
         view.set(root, "sharded_objects", o);
     }
     if (stacked_kept)
-        info.notes.push_back(std::to_string(stacked_kept) + " expert tensors kept stacked as stored (" + stacked_example +
-                             "): their expert axis is not split per expert yet");
+        info.notes.push_back(std::to_string(stacked_kept) + " expert tensors kept as stored (" + stacked_example +
+                             "): their first axis is not args' num_experts, so it is not cut per expert");
 }
 
 // --unpad-vocab: the rows of the word embeddings and the output layer (and their moments) past the
