@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The seeds of fuzz_dist: sharded folders written by tests/fixtures/make_dist.py with torch 1.13
 (DeepSpeed ZeRO-1/2/3 with frozen parameters, buffers and tied weights; torch.distributed.checkpoint
-of two eras with sharded and replicated tensors), each packed as dist_fuzzer.cpp reads its input:
+of two eras with sharded and replicated tensors) and make_megatron.py (Megatron-LM's torch format
+with TP × PP and with experts, its torch_dist), each packed as dist_fuzzer.cpp reads its input:
 records of [u8 name length][name][u32 little-endian size][bytes], one per file.
 
 Usage: fuzz/make_dist_corpus.py [--out fuzz/corpus]
@@ -19,6 +20,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "fixtures"))
 import make_dist  # noqa: E402
+import make_megatron  # noqa: E402
 
 MAX_SEED = 64 * 1024
 
@@ -63,6 +65,16 @@ def main():
             folder = os.path.join(work, "dcp" + era)
             make_dist.write_dcp(folder, sd, shards, ws=2, era=era)
             seeds["dcp_" + era] = folder
+        tiny = dict(layers=2, hidden=8, ffn=16, heads=2, groups=2, vocab=20)
+        top = os.path.join(work, "megatron_torch")
+        make_megatron.write(top, tp=2, pp=2, **tiny)
+        seeds["megatron_torch"] = top
+        top = os.path.join(work, "megatron_moe")
+        make_megatron.write(top, tp=1, ep=2, experts=2, swiglu=True, **tiny)
+        seeds["megatron_moe"] = top
+        top = os.path.join(work, "megatron_dist")
+        make_megatron.write_dist(top, tp=2, pp=1, moments=False, **tiny)
+        seeds["megatron_dist"] = top
         for name, folder in seeds.items():
             data = pack(folder)
             if len(data) > MAX_SEED:
