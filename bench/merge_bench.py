@@ -72,6 +72,33 @@ import io, math, os, pickle, re, sys, torch
 sys.path.insert(0, %(fixtures)r)
 import make_dist
 folder, out, layout = %(folder)r, %(out)r, %(layout)r
+
+
+def dcp_load(folder):
+    # dcp_to_torch_save's loader: each tensor allocated and its chunks copied in, each bytes item loaded.
+    make_dist._dcp_classes("2.4")
+    meta = pickle.load(open(os.path.join(folder, ".metadata"), "rb"))
+    files = {}
+    def item(info):
+        f = files.setdefault(info.relative_path, open(os.path.join(folder, info.relative_path), "rb"))
+        f.seek(info.offset)
+        return torch.load(io.BytesIO(f.read(info.length)))
+    where = {(k.fqn, tuple(k.offset) if k.offset is not None else None): v for k, v in meta.storage_data.items()}
+    flat = {}
+    for key, md in meta.state_dict_metadata.items():
+        if not hasattr(md, "chunks"):
+            flat[key] = item(where[(key, None)])
+            continue
+        t = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+        for ch in md.chunks:
+            view = t
+            for dim, (o, z) in enumerate(zip(ch.offsets, ch.sizes)):
+                view = view.narrow(dim, o, z)
+            view.copy_(item(where[(key, tuple(ch.offsets))]))
+        flat[key] = t
+    return meta, flat
+
+
 if layout == "mcore-torch":
     # Load every rank file, renumber each stage's layers, cat the tensor-parallel pieces by Megatron's rules.
     it = os.path.join(folder, "iter_%%07d" %% int(open(os.path.join(folder, "latest_checkpointed_iteration.txt")).read()))
@@ -102,29 +129,15 @@ if layout == "mcore-torch":
                 sd[glob] = pieces[0]
         offset += len(layers)
 elif layout == "mcore-dist":
-    # dcp_to_torch_save's route (every item into memory), then the [L, ...] tensors cut per layer.
-    make_dist._dcp_classes("2.4")
-    meta = pickle.load(open(os.path.join(folder, "iter_0000007", ".metadata"), "rb"))
-    files = {}
-    def item(info):
-        f = files.setdefault(info.relative_path, open(os.path.join(folder, "iter_0000007", info.relative_path), "rb"))
-        f.seek(info.offset)
-        return torch.load(io.BytesIO(f.read(info.length)))
-    where = {(k.fqn, tuple(k.offset) if k.offset is not None else None): v for k, v in meta.storage_data.items()}
+    # every item into memory, then the [L, ...] tensors cut per layer and named as the model names them
+    _meta, flat = dcp_load(os.path.join(folder, "iter_0000007"))
     sd = {}
-    args = torch.load(os.path.join(folder, "iter_0000007", "common.pt"))["args"]
-    for key, md in meta.state_dict_metadata.items():
-        if not hasattr(md, "chunks"):
+    for key, t in flat.items():
+        if not torch.is_tensor(t):
             m = re.match(r"decoder\.layers\.(.*)/shard_(\d+)_\d+", key)
             if m and m.group(1).endswith("_extra_state"):
-                sd["decoder.layers.%%s.%%s" %% (m.group(2), m.group(1))] = item(where[(key, None)])[0]
+                sd["decoder.layers.%%s.%%s" %% (m.group(2), m.group(1))] = t[0]
             continue
-        t = torch.empty(tuple(md.size), dtype=md.properties.dtype)
-        for ch in md.chunks:
-            view = t
-            for dim, (o, z) in enumerate(zip(ch.offsets, ch.sizes)):
-                view = view.narrow(dim, o, z)
-            view.copy_(item(where[(key, tuple(ch.offsets))]))
         if key.startswith("decoder.layers."):
             rest = key[len("decoder.layers."):].replace("self_attention.linear_qkv.layer_norm_", "input_layernorm.")
             rest = rest.replace("mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm.")
@@ -156,26 +169,7 @@ elif layout in ("zero2", "zero3"):
                 sd[name] = torch.cat([flat[r].narrow(0, off, p) for r in range(ws)], 0).narrow(0, 0, n).view(shape)
                 off += p
 else:
-    make_dist._dcp_classes("2.4")
-    meta = pickle.load(open(os.path.join(folder, ".metadata"), "rb"))
-    files = {}
-    def item(info):
-        f = files.setdefault(info.relative_path, open(os.path.join(folder, info.relative_path), "rb"))
-        f.seek(info.offset)
-        return torch.load(io.BytesIO(f.read(info.length)))
-    where = {(k.fqn, tuple(k.offset) if k.offset is not None else None): v for k, v in meta.storage_data.items()}
-    flat = {}
-    for key, md in meta.state_dict_metadata.items():
-        if not hasattr(md, "chunks"):
-            flat[key] = item(where[(key, None)])
-            continue
-        t = torch.empty(tuple(md.size), dtype=md.properties.dtype)
-        for ch in md.chunks:
-            view = t
-            for dim, (o, z) in enumerate(zip(ch.offsets, ch.sizes)):
-                view = view.narrow(dim, o, z)
-            view.copy_(item(where[(key, tuple(ch.offsets))]))
-        flat[key] = t
+    meta, flat = dcp_load(folder)
     sd = {}
     for key, v in flat.items():
         path = meta.planner_data[key]
