@@ -231,6 +231,11 @@ def test_bad(s_):
     make_megatron.write(save, tp=2, extra=("embedding.adapter.weight", torch.randn(8, 4)))
     bad_folder(s_, "a split tensor no rule covers", save, "embedding.adapter.weight")
     it = fresh()
+    make_megatron.write(os.path.join(s_.work, "other_vp"), tp=2, pp=2, vp=2)
+    shutil.copy(os.path.join(s_.work, "other_vp", "iter_0000007", "mp_rank_01_001", "model_optim_rng.pt"),
+                os.path.join(it, "mp_rank_01_001", "model_optim_rng.pt"))
+    bad_folder(s_, "virtual stages in one rank file only", w, "model chunks")
+    it = fresh()
     data = open(os.path.join(it, "mp_rank_00_000", "model_optim_rng.pt"), "rb").read()
     open(os.path.join(it, "mp_rank_00_000", "model_optim_rng.pt"), "wb").write(data[: len(data) // 2])
     bad_folder(s_, "a rank file cut", w, "mp_rank_00_000/model_optim_rng.pt")

@@ -43,7 +43,7 @@ const char* const k_rank_file = "model_optim_rng.pt";
 
 // mp_rank_TT, mp_rank_TT_PPP, mp_rank_TT_PPP_EEE (what each suffix is depends on args).
 const std::regex& rank_dir_pattern() {
-    static const std::regex r(R"(mp_rank_(\d{2,})(?:_(\d{3,}))?(?:_(\d{3,}))?)");
+    static const std::regex r(R"(mp_rank_(\d{2,6})(?:_(\d{3,6}))?(?:_(\d{3,6}))?)");
     return r;
 }
 
@@ -154,7 +154,7 @@ std::pair<size_t, size_t> layer_number(const std::string& name) {
         if (at && name[at - 1] != '.') continue;
         size_t d = at + 7, e = d;
         while (e < name.size() && name[e] >= '0' && name[e] <= '9') ++e;
-        if (e > d && e < name.size() && name[e] == '.') return {d, e - d};
+        if (e > d && e - d <= 9 && e < name.size() && name[e] == '.') return {d, e - d};  // ≤ 9 digits: an int64 however renumbered
     }
     return {std::string::npos, 0};
 }
@@ -165,13 +165,13 @@ std::pair<size_t, size_t> expert_number(const std::string& name) {
     if (at != std::string::npos) {
         size_t d = at + 23, e = d;
         while (e < name.size() && name[e] >= '0' && name[e] <= '9') ++e;
-        if (e > d) return {d, e - d};
+        if (e > d && e - d <= 9) return {d, e - d};
     }
     at = name.find(".experts.linear_fc");
     if (at != std::string::npos) {
         size_t e = name.size(), d = e;
         while (d > 0 && name[d - 1] >= '0' && name[d - 1] <= '9') --d;
-        if (d < e && (text::ends_with(name.substr(0, d), ".weight") || text::ends_with(name.substr(0, d), ".bias"))) return {d, e - d};
+        if (d < e && e - d <= 9 && (text::ends_with(name.substr(0, d), ".weight") || text::ends_with(name.substr(0, d), ".bias"))) return {d, e - d};
     }
     return {std::string::npos, 0};
 }
@@ -288,7 +288,9 @@ void open_legacy(DistView& view, const std::string& dir, Value* root, std::optio
         names.emplace_back(n, nums);
     }
     std::sort(names.begin(), names.end());
+    if (names.empty()) throw Error(ErrorKind::format, dir, "holds no mp_rank_* folder");
     std::unique_ptr<Checkpoint> first = view.open_part(names.front().first + "/" + k_rank_file);
+    const std::string first_path = first->path();
     Args args{field(first->root(), "args")};
     if (!args.v) throw Error(ErrorKind::format, first->path(), "holds no `args`: not a Megatron checkpoint (its model-parallel degrees are unknown)");
     DistInfo::Degrees d = degrees_of(args);
@@ -371,11 +373,19 @@ void open_legacy(DistView& view, const std::string& dir, Value* root, std::optio
             naming_file(f.part->path(), [&] { flatten(m, "", f.chunks.back(), 0); });
         }
     }
+    for (const RankFile& f : files)
+        if (static_cast<int>(f.chunks.size()) != d.virtual_pipeline)
+            throw Error(ErrorKind::corrupt, f.part->path(),
+                        "holds " + std::to_string(f.chunks.size()) + " model chunks, another rank file " + std::to_string(d.virtual_pipeline) +
+                            ": the virtual pipeline stages disagree");
     info.writer = std::string("Megatron-LM, --ckpt-format torch") + (version ? " (checkpoint_version " + repr(version, 20) + ")" : "");
     bool swiglu = args.b("swiglu");
     bool tied = field(args.v, "untie_embeddings_and_output_weights") && !args.b("untie_embeddings_and_output_weights");
     int etp = static_cast<int>(args.i("expert_tensor_parallel_size", d.tensor));
     int64_t num_experts = args.i("num_experts", 0);
+    if (num_experts > 0 && num_experts % d.expert)
+        throw Error(ErrorKind::corrupt, first_path, "args says " + std::to_string(num_experts) + " experts over " + std::to_string(d.expert) +
+                                                        " expert-parallel ranks: not a whole number per rank");
     int64_t local_experts = num_experts > 0 ? num_experts / d.expert : 0;
     auto at = [&](int tp, int pp, int ep) -> RankFile& { return files[(static_cast<size_t>(pp) * d.expert + ep) * d.tensor + tp]; };
 
@@ -706,7 +716,7 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
         std::string name = model_name(key);
         emit(to, order_of(name, layer), name, item.dtype, item.shape, std::move(item.pieces));
     };
-    static const std::regex layer_shard(R"(shard_(\d+)_(\d+))");
+    static const std::regex layer_shard(R"(shard_(\d{1,9})_(\d{1,9}))");
     for (DcpItem& item : folder.items) {
         if (item.value) {
             size_t slash = item.fqn.find("/shard_");
