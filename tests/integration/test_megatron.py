@@ -37,6 +37,7 @@ CASES = {
     "tp2_ep2_moe_swiglu": dict(tp=2, ep=2, experts=4, swiglu=True),
     "pp3": dict(pp=3, layers=6),
     "tp1pp1": dict(),
+    "tp2pp2_te_extra_state": dict(tp=2, pp=2, te_extra_state=True),
 }
 
 

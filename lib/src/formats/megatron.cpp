@@ -188,7 +188,6 @@ Split split_of(const std::string& name, bool swiglu) {
     if (auto e = expert_number(n); e.first != std::string::npos && n.find(".experts.linear_fc") != std::string::npos)
         n = n.substr(0, e.first);  // linear_fc1.weight3 → linear_fc1.weight
     auto ends = [&](std::string_view s) { return n == s || text::ends_with(n, std::string(".") + std::string(s)); };
-    if (ends("_extra_state")) return Split::replicated;
     if (ends("word_embeddings.weight") || ends("output_layer.weight")) return Split::dim0;
     if (ends("linear_fc1.weight") || ends("linear_fc1.bias") || ends("dense_h_to_4h.weight") || ends("dense_h_to_4h.bias"))
         return swiglu ? Split::swiglu : Split::dim0;
@@ -448,7 +447,9 @@ void open_legacy(DistView& view, const std::string& dir, Value* root, std::optio
                             throw Error(ErrorKind::corrupt, at(tp, pp, ep).part->path(), "has no " + name + ", which " + f0.rel + " holds");
                         vals.push_back(it->second);
                     }
-                    if (!v0 || v0->kind != ValueKind::tensor) {
+                    // Values, and TransformerEngine's _extra_state (its pickled FP8 scaling state, a uint8
+                    // tensor each rank keeps for itself): rank 0's, as Megatron's own TP=1 re-save keeps one.
+                    if (!v0 || v0->kind != ValueKind::tensor || text::ends_with(name, "._extra_state")) {
                         emit_value(global, view.copy(*f0.part, v0));
                         continue;
                     }
