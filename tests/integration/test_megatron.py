@@ -242,6 +242,17 @@ def test_bad(s_):
     bad_folder(s_, "a rank file cut", w, "mp_rank_00_000/model_optim_rng.pt")
 
 
+def test_not_megatron(s_):
+    # another tool's metadata.json beside a Hugging Face index: still the index
+    d = os.path.join(s_.work, "hf_with_metadata_json")
+    os.makedirs(d)
+    torch.save({"a": torch.ones(2)}, os.path.join(d, "pytorch_model.bin"))
+    json.dump({"metadata": {"total_size": 8}, "weight_map": {"a": "pytorch_model.bin"}}, open(os.path.join(d, "pytorch_model.bin.index.json"), "w"))
+    json.dump({"created_by": "another tool"}, open(os.path.join(d, "metadata.json"), "w"))
+    r = run(s_, "inspect", d, "--json")
+    s_.check(r.returncode == 0 and json.loads(r.stdout)["distributed"] is None, "HF index with a metadata.json: exit %d %s" % (r.returncode, r.stderr))
+
+
 def sha(t):
     return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
 
@@ -306,6 +317,7 @@ def main():
         test_unpad(s_)
         test_drift(s_)
         test_bad(s_)
+        test_not_megatron(s_)
         test_corpus(s_)
     return suite_main(body)
 

@@ -53,7 +53,19 @@ bool legacy_iteration_dir(const std::string& dir) {
     return false;
 }
 
-bool iteration_dir(const std::string& dir) { return legacy_iteration_dir(dir) || dist::is_file(dir + "/metadata.json"); }
+// Megatron's metadata.json names its backend ({"sharded_backend": "torch_dist", …}); another tool's
+// metadata.json beside a Hugging Face index is no Megatron folder.
+bool dist_metadata_json(const std::string& dir) {
+    if (!dist::is_file(dir + "/metadata.json")) return false;
+    try {
+        auto j = read_json_file(dir + "/metadata.json");
+        return j && j->is_object() && j->contains("sharded_backend");
+    } catch (const Error&) {
+        return dist::is_file(dir + "/.metadata");  // damaged beside a DCP index: said so when it is read
+    }
+}
+
+bool iteration_dir(const std::string& dir) { return legacy_iteration_dir(dir) || dist_metadata_json(dir); }
 
 std::string trimmed(std::string s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
