@@ -38,6 +38,7 @@ CASES = {
     "pp3": dict(pp=3, layers=6),
     "tp1pp1": dict(),
     "tp2pp2_te_extra_state": dict(tp=2, pp=2, te_extra_state=True),
+    "tp2pp2_legacy_names": dict(tp=2, pp=2, legacy_names=True),
 }
 
 
