@@ -213,13 +213,18 @@ def test_bad(s_):
         shutil.copytree(base, w)
         return os.path.join(w, "iter_0000007")
 
+    def from_other_save(name, rank, **config):
+        """The rank file `rank` of a fresh copy replaced by that of another save (`config`)."""
+        it = fresh()
+        other = os.path.join(s_.work, name)
+        make_megatron.write(other, **config)
+        src = os.path.join(other, "iter_%07d" % config.get("iteration", 7), rank, "model_optim_rng.pt")
+        shutil.copy(src, os.path.join(it, rank, "model_optim_rng.pt"))
+
     it = fresh()
     os.remove(os.path.join(it, "mp_rank_01_001", "model_optim_rng.pt"))
     bad_folder(s_, "a rank file missing", w, "mp_rank_01_001/model_optim_rng.pt")
-    it = fresh()
-    make_megatron.write(os.path.join(s_.work, "other_iter"), tp=2, pp=2, iteration=8)
-    shutil.copy(os.path.join(s_.work, "other_iter", "iter_0000008", "mp_rank_00_001", "model_optim_rng.pt"),
-                os.path.join(it, "mp_rank_00_001", "model_optim_rng.pt"))
+    from_other_save("other_iter", "mp_rank_00_001", tp=2, pp=2, iteration=8)
     bad_folder(s_, "iterations mixed", w, "iteration 8")
     it = fresh()
     make_megatron.write(os.path.join(s_.work, "other_tp"), tp=4, pp=2)
@@ -232,10 +237,7 @@ def test_bad(s_):
     save = os.path.join(s_.work, "unknown")
     make_megatron.write(save, tp=2, extra=("embedding.adapter.weight", torch.randn(8, 4)))
     bad_folder(s_, "a split tensor no rule covers", save, "embedding.adapter.weight")
-    it = fresh()
-    make_megatron.write(os.path.join(s_.work, "other_vp"), tp=2, pp=2, vp=2)
-    shutil.copy(os.path.join(s_.work, "other_vp", "iter_0000007", "mp_rank_01_001", "model_optim_rng.pt"),
-                os.path.join(it, "mp_rank_01_001", "model_optim_rng.pt"))
+    from_other_save("other_vp", "mp_rank_01_001", tp=2, pp=2, vp=2)
     bad_folder(s_, "virtual stages in one rank file only", w, "model chunks")
     it = fresh()
     data = open(os.path.join(it, "mp_rank_00_000", "model_optim_rng.pt"), "rb").read()

@@ -87,6 +87,7 @@ struct RankFile {
     std::string rel;
     std::unique_ptr<Checkpoint> part;
     std::vector<std::vector<std::pair<std::string, const Value*>>> chunks;  // per virtual stage: its model's entries
+    std::vector<std::map<std::string, const Value*>> by_name;                // the same, by name
 };
 
 
@@ -189,6 +190,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
             if (m->kind != ValueKind::dict) throw Error(ErrorKind::format, f.part->path(), "its model is " + repr(m, 40) + ", not a state dict");
             f.chunks.emplace_back();
             naming_file(f.part->path(), [&] { flatten(m, "", f.chunks.back(), 0); });
+            f.by_name.emplace_back(f.chunks.back().begin(), f.chunks.back().end());
         }
     }
     for (const RankFile& f : files)
@@ -228,8 +230,10 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
         throw Error(ErrorKind::corrupt, dir, "the rank files hold " + std::to_string(layers) + " layers, args says num_layers " + std::to_string(*nl));
 
     Value* model = view.dict(true);
-    std::map<std::string, std::vector<RecordPiece>> merged;  // name → its pieces (for the tied copy)
-    std::map<std::string, std::vector<int64_t>> merged_shape;
+    // The joined vocabulary-parallel tensors (word embeddings, output layer): their pieces for the
+    // tied copy, their shapes against padded_vocab_size.
+    auto vocab_parallel = [](const std::string& n) { return text::ends_with(n, "word_embeddings.weight") || text::ends_with(n, "output_layer.weight"); };
+    std::map<std::string, std::pair<std::vector<RecordPiece>, std::vector<int64_t>>> merged;
     std::set<std::string> seen;
     auto emit_value = [&](const std::string& name, Value* v) {
         if (!seen.insert(name).second) throw Error(ErrorKind::corrupt, dir, "two rank files give " + name + " (after renumbering layers and experts)");
@@ -242,13 +246,12 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
         for (int pp = 0; pp < d.pipeline; ++pp)
             for (int ep = 0; ep < d.expert; ++ep) {
                 RankFile& f0 = at(0, pp, ep);
-                // Each TP rank's entries by name, checked to be the same names.
-                std::vector<std::map<std::string, const Value*>> names_of(static_cast<size_t>(d.tensor));
+                // Each TP rank holds the same names (a name twice in one file counts once).
                 for (int tp = 0; tp < d.tensor; ++tp) {
-                    for (const auto& [n, v] : at(tp, pp, ep).chunks[vp]) names_of[tp][n] = v;
-                    if (names_of[tp].size() != f0.chunks[vp].size() || (tp && names_of[tp].size() != names_of[0].size()))
+                    const auto& names = at(tp, pp, ep).by_name[vp];
+                    if (names.size() != f0.chunks[vp].size() || names.size() != f0.by_name[vp].size())
                         throw Error(ErrorKind::corrupt, at(tp, pp, ep).part->path(),
-                                    "holds " + std::to_string(names_of[tp].size()) + " model entries, " + f0.rel + " " +
+                                    "holds " + std::to_string(names.size()) + " model entries, " + f0.rel + " " +
                                         std::to_string(f0.chunks[vp].size()) + ": the tensor-parallel ranks disagree");
                 }
                 for (const auto& [name, v0] : f0.chunks[vp]) {
@@ -261,8 +264,9 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                     if (ep > 0 && !expert) continue;  // the same on every expert-parallel rank: ep 0's is taken
                     std::vector<const Value*> vals;
                     for (int tp = 0; tp < d.tensor; ++tp) {
-                        auto it = names_of[tp].find(name);
-                        if (it == names_of[tp].end())
+                        const auto& names = at(tp, pp, ep).by_name[vp];
+                        auto it = names.find(name);
+                        if (it == names.end())
                             throw Error(ErrorKind::corrupt, at(tp, pp, ep).part->path(), "has no " + name + ", which " + f0.rel + " holds");
                         vals.push_back(it->second);
                     }
@@ -342,8 +346,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                         shape[dim] *= d.tensor;
                     }
                     pieces = joined(std::move(pieces));
-                    merged[global] = pieces;
-                    merged_shape[global] = shape;
+                    if (vocab_parallel(global)) merged[global] = {pieces, shape};
                     emit_value(global, view.tensor(view.add_tensor(global, t0.dtype, shape, std::move(pieces))));
                 }
                 // The non-expert tensors of the other expert-parallel ranks: copies of ep 0's.
@@ -353,12 +356,9 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                     for (int tp = 0; tp < d.tensor; ++tp) {
                         const Checkpoint& p0 = *at(tp, pp, 0).part;
                         const Checkpoint& p = *at(tp, pp, ep).part;
-                        const Value* w = nullptr;
-                        for (const auto& [n0, v0] : at(tp, pp, 0).chunks[vp])
-                            if (n0 == name) w = v0;
-                        const Value* x = nullptr;
-                        for (const auto& [n1, v1] : at(tp, pp, ep).chunks[vp])
-                            if (n1 == name) x = v1;
+                        auto wi = at(tp, pp, 0).by_name[vp].find(name), xi = at(tp, pp, ep).by_name[vp].find(name);
+                        const Value* w = wi == at(tp, pp, 0).by_name[vp].end() ? nullptr : wi->second;
+                        const Value* x = xi == at(tp, pp, ep).by_name[vp].end() ? nullptr : xi->second;
                         if (!w || !x || w->kind != ValueKind::tensor || x->kind != ValueKind::tensor) continue;
                         dist::Run a = view.run_of(p0, w->i(), name), b = view.run_of(p, x->i(), name);
                         if (a.count != b.count || a.dtype != b.dtype)
@@ -378,7 +378,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
         if (emb == merged.end()) emb = merged.find("language_model.embedding.word_embeddings.weight");
         if (emb != merged.end()) {
             uint64_t size = 0;
-            for (const RecordPiece& p : emb->second) size += p.length;
+            for (const RecordPiece& p : emb->second.first) size += p.length;
             uint64_t copy = 0;
             for (const RecordPiece& p : tied_copy) copy += p.length;
             if (size == copy) {
@@ -387,7 +387,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                 rep.size = size;
                 rep.dtype = tied_dtype;
                 rep.where = {"the first stage's word embeddings", tied_where};
-                rep.copies = {emb->second, joined(tied_copy)};
+                rep.copies = {emb->second.first, joined(tied_copy)};
                 info.replicas.push_back(std::move(rep));
             }
         }
@@ -395,8 +395,8 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                              "): left out, as a TP=1/PP=1 save has none; verify compares it");
     }
     if (auto padded = args.i("padded_vocab_size"))
-        for (const auto& [name, shape] : merged_shape)
-            if ((text::ends_with(name, "word_embeddings.weight") || name == "output_layer.weight") && !shape.empty() && shape[0] != *padded)
+        for (const auto& [name, joined_tensor] : merged)
+            if (const auto& shape = joined_tensor.second; !shape.empty() && shape[0] != *padded)
                 throw Error(ErrorKind::corrupt, dir,
                             "the tensor-parallel pieces of " + name + " make " + std::to_string(shape[0]) + " rows, args says padded_vocab_size " +
                                 std::to_string(*padded));
