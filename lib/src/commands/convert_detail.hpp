@@ -58,6 +58,11 @@ public:
     // The bytes of record `record` as the writer read them: the content hash of every tensor that
     // views it, taken now. Nothing unless this is a merged view's.
     void offer(size_t record, ByteView bytes);
+    // A merged record that one contiguous tensor views whole: its bytes gathered run by run
+    // (gather_runs, memory one run) and handed to `sink`, the tensor's hash and `crc` (when given)
+    // taken from the same runs. False, with nothing done, for any other record: the caller gathers
+    // it whole and offer()s it.
+    bool stream(size_t record, const std::function<void(ByteView)>& sink, uint32_t* crc);
 
 private:
     const Checkpoint& m_checkpoint;

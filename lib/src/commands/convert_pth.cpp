@@ -87,7 +87,20 @@ uint64_t write_one(const Checkpoint& c, const ConvertRequest& rq, const std::str
             w.add_copy(name, c.record_file(record), *at, rec.size, rec.crc32);
             continue;
         }
-        RecordData data = c.record_data(record);  // safetensors, DEFLATE or merged: the CRC reads it once
+        if (!rec.pieces.empty()) {  // merged: gathered a run at a time, the CRC set once written
+            w.add_streamed(name, rec.size, [&](auto&& write) {
+                uint32_t crc = 0;
+                if (!source.stream(record, [&](ByteView run) { write(run.data, run.size); }, &crc)) {
+                    RecordData data = c.record_data(record);
+                    source.offer(record, data.view());
+                    crc = crc32_of(data.view());
+                    write(data.view().data, data.view().size);
+                }
+                return crc;
+            });
+            continue;
+        }
+        RecordData data = c.record_data(record);  // safetensors or DEFLATE: the CRC reads it once
         source.offer(record, data.view());
         uint32_t crc = rec.has_crc ? rec.crc32 : 0;
         if (!rec.has_crc) {  // in 64 MiB windows, each released when done: bounded resident memory

@@ -157,8 +157,8 @@ uint64_t write_shard(const Checkpoint& c, const ConvertRequest& rq, ConvertRepor
             cast_bytes(t, data.view(), to, sink);
         } else if (t.contiguous() && in_file) {  // the kernel copies it
             w.copy(c.record_file(record), *in_file + static_cast<uint64_t>(t.storage_offset) * esz, t.nbytes());
-        } else {
-            RecordData data = c.record_data(record);
+        } else if (!source.stream(record, [&](ByteView run) { sink(run.data, run.size); }, nullptr)) {
+            RecordData data = c.record_data(record);  // not merged, or not one tensor's whole record
             source.offer(record, data.view());
             for_each_logical_bytes(t, data.view(), sink);
         }

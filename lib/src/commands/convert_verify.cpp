@@ -8,6 +8,7 @@
 
 #include "commands/convert_detail.hpp"
 #include "ckpt/error.hpp"
+#include "formats/gather.hpp"
 #include "stats/prints_by_key.hpp"
 #include "stats/tensor_stats.hpp"
 
@@ -83,6 +84,25 @@ void SourceHashes::offer(size_t record, ByteView bytes) {
         if (ti.numel && static_cast<uint64_t>(ti.storage_offset) + ti.extent > rec.size / dtype_size(ti.dtype)) continue;  // get() reports it
         m_known[t] = stats_over(ti.dtype, bytes.data, &ti, ti.numel, nullptr, m_options.hash_only);
     }
+}
+
+bool SourceHashes::stream(size_t record, const std::function<void(ByteView)>& sink, uint32_t* crc) {
+    if (!m_offered) return false;
+    const RecordInfo& rec = m_checkpoint.records()[record];
+    auto it = m_tensors_of_record.find(rec.name);
+    if (rec.pieces.empty() || it == m_tensors_of_record.end() || it->second.size() != 1) return false;
+    size_t t = it->second.front();
+    const TensorInfo& ti = m_checkpoint.tensors()[t];
+    if (!ti.contiguous() || ti.storage_offset != 0 || ti.nbytes() != rec.size) return false;
+    bool hash = !m_fingerprint;
+    StatsStream pass(ti.dtype, crc, m_options.hash_only);
+    detail::gather_runs(rec, [&](ByteView run) {
+        if (hash || crc) pass.add(run);
+        sink(run);
+    });
+    TensorStats s = pass.finish();
+    if (hash) m_known[t] = std::move(s);
+    return true;
 }
 
 // The output opened again by the same checking readers as any input, and every tensor's content

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -71,40 +72,64 @@ void read_at(const MappedFile& f, uint64_t offset, uint64_t n, uint8_t* out, std
 
 }  // namespace
 
-// A merged record: its pieces read from their files one after the other into one buffer (a
-// tensor's worth of memory, whatever the checkpoint's size), converted where a piece says so.
-RecordData gather(const RecordInfo& r) {
-    std::shared_ptr<GatherBuffer> buf = gather_buffer(r.size);
-    uint8_t* out = buf->data;
-    uint64_t at = 0;
+namespace {
+
+// The pieces of `r` in order through `buf` (`cap` bytes): sink(bytes) each time the buffer is full,
+// and once more with the rest. A cast piece is read and converted a buffer's worth at a time.
+void pass_pieces(const RecordInfo& r, uint8_t* buf, uint64_t cap, const std::function<void(ByteView)>& sink) {
+    uint64_t at = 0, fill = 0;  // at: the record's bytes made so far; fill: those in buf
+    auto flush = [&] {
+        if (fill) sink({buf, fill});
+        fill = 0;
+    };
     std::vector<uint8_t> scratch;
     for (const RecordPiece& p : r.pieces) {
         const MappedFile& f = *p.file;
         bool cast = p.from != p.to && p.from != DType::untyped;
-        uint64_t n = cast ? p.length / dtype_size(p.from) : p.length;
-        uint64_t wrote = cast ? n * dtype_size(p.to) : n;
+        uint64_t fs = cast ? dtype_size(p.from) : 1, ts = cast ? dtype_size(p.to) : 1;
+        uint64_t n = p.length / fs, wrote = n * ts;
         if (p.offset > f.size() || p.length > f.size() - p.offset)
             throw Error(ErrorKind::corrupt, f.path(),
                         "bytes " + std::to_string(p.offset) + "+" + std::to_string(p.length) + " of " + std::string(r.name) +
                             " lie past the end of the file (" + std::to_string(f.size()) + " bytes): truncated?");
         if (at + wrote > r.size)
             throw Error(ErrorKind::corrupt, f.path(), "the pieces of " + std::string(r.name) + " hold more than its " + std::to_string(r.size) + " bytes");
-        if (!cast) {
-            read_at(f, p.offset, p.length, out + at, r.name);
-        } else {
-            scratch.resize(p.length);
-            read_at(f, p.offset, p.length, scratch.data(), r.name);
-            if (!convert_elements(p.from, p.to, scratch.data(), n, out + at))
-                throw Error(ErrorKind::unsupported, f.path(),
-                            std::string("cannot convert ") + std::string(dtype_name(p.from)) + " to " + std::string(dtype_name(p.to)));
+        for (uint64_t done = 0; done < n;) {  // elements (bytes when not cast)
+            if (cap - fill < ts) flush();
+            uint64_t m = std::min(n - done, (cap - fill) / ts);
+            if (!cast) {
+                read_at(f, p.offset + done, m, buf + fill, r.name);
+            } else {
+                scratch.resize(m * fs);
+                read_at(f, p.offset + done * fs, m * fs, scratch.data(), r.name);
+                if (!convert_elements(p.from, p.to, scratch.data(), m, buf + fill))
+                    throw Error(ErrorKind::unsupported, f.path(),
+                                std::string("cannot convert ") + std::string(dtype_name(p.from)) + " to " + std::string(dtype_name(p.to)));
+            }
+            fill += m * ts;
+            done += m;
         }
         at += wrote;
     }
     if (at != r.size)
         throw Error(ErrorKind::corrupt, std::string(r.name), "its pieces hold " + std::to_string(at) + " of its " + std::to_string(r.size) + " bytes");
-    ByteView view{out, r.size};
+    flush();
+}
+
+}  // namespace
+
+// A merged record: its pieces read from their files one after the other into one buffer (a
+// tensor's worth of memory, whatever the checkpoint's size), converted where a piece says so.
+RecordData gather(const RecordInfo& r) {
+    std::shared_ptr<GatherBuffer> buf = gather_buffer(r.size);
+    pass_pieces(r, buf->data, r.size, [](ByteView) {});
+    ByteView view{buf->data, r.size};
     return RecordData(std::shared_ptr<const void>(buf, buf->data), view);
 }
 
+void gather_runs(const RecordInfo& r, const std::function<void(ByteView)>& sink) {
+    std::shared_ptr<GatherBuffer> buf = gather_buffer(std::min(r.size, k_run));
+    pass_pieces(r, buf->data, std::min(r.size, k_run), sink);
+}
 
 }  // namespace ckpt::detail

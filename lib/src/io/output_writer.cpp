@@ -55,6 +55,13 @@ void OutputWriter::seek(uint64_t pos) {
     m_pos = m_buf_at = pos;
 }
 
+void OutputWriter::patch(uint64_t pos, const void* data, size_t size) {
+    if (pos + size > m_pos) throw Error(ErrorKind::usage, m_path, "internal: a patch past what was written");
+    if (pos < m_buf_at && pos + size > m_buf_at) flush();  // straddles the buffer's start
+    if (pos >= m_buf_at) std::memcpy(&m_buf[pos - m_buf_at], data, size);
+    else write_all(m_fd, data, size, pos, m_path);
+}
+
 void OutputWriter::flush() {
     if (!m_buf.empty()) {
         write_all(m_fd, m_buf.data(), m_buf.size(), m_buf_at, m_path);

@@ -34,6 +34,8 @@ public:
     void copy(int src_fd, uint64_t offset, uint64_t size);
     // The next write goes to `pos` (at or past the end so far): what lies between stays a hole.
     void seek(uint64_t pos);
+    // Bytes already written (or buffered) at `pos` written over with `size` new ones.
+    void patch(uint64_t pos, const void* data, size_t size);
     // Writes the buffer out; the destructor does not (a writer dropped by an error leaves the output
     // to its AtomicFile, which discards it).
     void flush();

@@ -51,6 +51,14 @@ void ZipWriter::begin_record(std::string_view name, uint64_t size, uint32_t crc3
     m_entries.push_back({m_names.keep(name), crc32, size, at});
 }
 
+void ZipWriter::set_crc(uint32_t crc32) {
+    Written& e = m_entries.back();
+    e.crc32 = crc32;
+    std::string b;
+    put32(b, crc32);
+    m_out.patch(e.header_offset + 14, b.data(), b.size());  // the local header's CRC-32 field
+}
+
 void ZipWriter::size_mismatch(std::string_view name, uint64_t size, uint64_t written) const {
     throw Error(ErrorKind::io, m_out.path(), "internal: record " + std::string(name) + " was to hold " + std::to_string(size) +
                                                  " bytes, " + std::to_string(written) + " were written");

@@ -43,6 +43,20 @@ public:
         });
         if (written != size) size_mismatch(name, size, written);
     }
+    // A record whose CRC-32 is known only once its bytes are written: `pieces(write)` writes them
+    // as add_pieces's does and returns their CRC-32, which is then put in the local header (still
+    // in the writer's buffer, or written over in the file) and the central directory.
+    template <class Pieces>
+    void add_streamed(std::string_view name, uint64_t size, Pieces&& pieces) {
+        begin_record(name, size, 0);
+        uint64_t written = 0;
+        uint32_t crc = pieces([&](const void* data, size_t n) {
+            m_out.write(data, n);
+            written += n;
+        });
+        if (written != size) size_mismatch(name, size, written);
+        set_crc(crc);
+    }
     // A record copied from `src` (bytes [offset, offset + size)) with a known CRC-32.
     void add_copy(std::string_view name, const MappedFile& src, uint64_t offset, uint64_t size, uint32_t crc32);
     // Central directory and end records, and everything still buffered. Returns the file's size.
@@ -57,6 +71,7 @@ private:
         uint64_t size, header_offset;
     };
     void begin_record(std::string_view name, uint64_t size, uint32_t crc32);
+    void set_crc(uint32_t crc32);  // of the last record begun
     [[noreturn]] void size_mismatch(std::string_view name, uint64_t size, uint64_t written) const;
 
     OutputWriter m_out;

@@ -361,6 +361,37 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
     return pass.finish();
 }
 
+struct StatsStream::Impl {
+    Impl(DType dtype, uint32_t* crc, bool hash_only) : pass(dtype, crc, hash_only) {}
+    OnePass pass;
+    std::vector<uint8_t> carry;  // the start of an element the last part cut
+};
+
+StatsStream::StatsStream(DType dtype, uint32_t* crc, bool hash_only) : m(std::make_unique<Impl>(dtype, crc, hash_only)) {}
+StatsStream::~StatsStream() = default;
+
+void StatsStream::add(ByteView part) {
+    size_t esz = m->pass.element_size();
+    const uint8_t* p = part.data;
+    uint64_t left = part.size;
+    if (!m->carry.empty()) {
+        size_t take = static_cast<size_t>(std::min<uint64_t>(esz - m->carry.size(), left));
+        m->carry.insert(m->carry.end(), p, p + take);
+        p += take;
+        left -= take;
+        if (m->carry.size() < esz) return;
+        m->pass(m->carry.data(), 1);
+        m->carry.clear();
+    }
+    consume_contiguous(p, left / esz, esz, m->pass);
+    m->carry.assign(p + left / esz * esz, p + left);
+}
+
+TensorStats StatsStream::finish() {
+    if (!m->carry.empty()) throw Error(ErrorKind::corrupt, "", "a tensor's bytes end inside an element");
+    return m->pass.finish();
+}
+
 TensorStats stats_of_file_range(DType dtype, int fd, uint64_t offset, uint64_t count, uint32_t* crc, bool hash_only,
                                 std::vector<uint8_t>& buffer, const std::string& path) {
     OnePass pass(dtype, crc, hash_only);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,23 @@ TensorStats stats_over(DType dtype, const uint8_t* base, const TensorInfo* view,
 // Throws Error(io), or Error(corrupt) when the file ends early.
 TensorStats stats_of_file_range(DType dtype, int fd, uint64_t offset, uint64_t count, uint32_t* crc, bool hash_only,
                                 std::vector<uint8_t>& buffer, const std::string& path);
+
+// The same over a contiguous tensor handed over in parts, in order (a merged tensor written run by
+// run): the parts need not end on an element's boundary. The statistics equal stats_over's of the
+// whole when every part but the last is a multiple of 1,024 elements (the decoder's chunk).
+class StatsStream {
+public:
+    StatsStream(DType dtype, uint32_t* crc, bool hash_only);
+    ~StatsStream();
+    StatsStream(const StatsStream&) = delete;
+    StatsStream& operator=(const StatsStream&) = delete;
+    void add(ByteView part);
+    TensorStats finish();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m;
+};
 
 // The statistics of a tensor made of others: `values` (a sparse tensor's values, a nested tensor's
 // components) summarised as one list of numbers with `zeros` more zeros (a sparse tensor's
