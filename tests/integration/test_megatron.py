@@ -245,6 +245,95 @@ def test_bad(s_):
     bad_folder(s_, "a rank file cut", w, "mp_rank_00_000/model_optim_rng.pt")
 
 
+NEMO_CASES = {
+    "nemo_tp2": dict(tp=2),
+    "nemo_tp2pp2_gqa_swiglu": dict(tp=2, pp=2, heads=8, groups=2, swiglu=True),
+    "nemo_tp1pp1": dict(),
+    "nemo_pp2_untied": dict(pp=2, tied=False),
+    "nemo_tp2_folder": dict(tp=2, folder=True),
+}
+
+
+def test_nemo(s_):
+    """NeMo 1's .nemo (a tar of model_config.yaml and per-rank model_weights.ckpt) and the folder it
+    extracts to: merged bit for bit into the state dict a TP=1 .nemo holds ("model." names)."""
+    for name, config in NEMO_CASES.items():
+        path = os.path.join(s_.work, name + ("" if config.get("folder") else ".nemo"))
+        expected = make_megatron.write_nemo(path, **config)
+        out = os.path.join(s_.work, name + ".pth")
+        merged(s_, path, out)
+        if os.path.exists(out):
+            got = load(out)
+            s_.check(list(got) == list(expected) and same(as_dict(got), as_dict(expected)), "%s: merged state dict differs from the full model: %s" %
+                     (name, sorted(set(got) ^ set(expected))[:4]))
+        r = run(s_, "inspect", path, "--json")
+        s_.check(r.returncode == 0, "%s: inspect: %s" % (name, r.stderr))
+        if r.returncode == 0:
+            j = json.loads(r.stdout)
+            s_.check(not schema_problems(j), "%s: inspect schema: %s" % (name, schema_problems(j)[:3]))
+            d = j["distributed"]
+            par = d["parallel"]
+            s_.check(d["layout"] == "megatron-nemo" and (par["tensor"], par["pipeline"]) == (config.get("tp", 1), config.get("pp", 1)) and
+                     d["model_shape"].get("layers") == "4", "%s: inspect's distributed section: %s" % (name, d))
+            listed = sorted((t["state_dict_key"], t["dtype"], t["shape"]) for t in j["tensors"] if t["state_dict_key"] is not None)
+            want = sorted((k, str(v.dtype).replace("torch.", ""), list(v.shape)) for k, v in expected.items() if v is not None)
+            s_.check(listed == want, "%s: inspect lists other keys, dtypes or shapes than the full model" % name)
+        for argv in (["verify", path], ["verify", path, out], ["diff-keys", path, out], ["scan", path]):
+            r = run(s_, *argv)
+            s_.check(r.returncode == 0, "%s: %s: exit %d %s%s" % (name, argv[0], r.returncode, r.stdout[-300:], r.stderr))
+        st = os.path.join(s_.work, name + ".safetensors")
+        merged(s_, path, st, "--unpad-vocab", "60")
+        r = run(s_, "convert", st, "-o", st + ".pth")
+        if r.returncode == 0:
+            got = load(st + ".pth")
+            k = "model.embedding.word_embeddings.weight"
+            s_.check(same(got[k], expected[k][:60]), "%s: --unpad-vocab 60: %s" % (name, tuple(got[k].shape)))
+    # A replica drifted on tensor-parallel rank 1: verify names it
+    path = os.path.join(s_.work, "nemo_drift.nemo")
+    make_megatron.write_nemo(path, tp=2, pp=2, drift="decoder.layers.1.input_layernorm.weight")
+    r = run(s_, "verify", path, "--json")
+    j = json.loads(r.stdout) if r.stdout else {}
+    found = [f["key"] for f in j.get("findings", []) if f["kind"] == "replica_drift"]
+    s_.check(r.returncode == 1 and found == ["model.decoder.layers.1.input_layernorm.weight"], "nemo drift: exit %d %s" % (r.returncode, found))
+    # Bad ones: exit 2, one line naming the file, nothing written
+    src = os.path.join(s_.work, "nemo_tp2pp2_gqa_swiglu.nemo")
+    gz = os.path.join(s_.work, "nemo_gz.nemo")
+    make_megatron.write_nemo(gz, tp=2, gz=True)
+    bad_folder(s_, "a gzip .nemo", gz, "tar xzf")
+    import tarfile
+    cut = os.path.join(s_.work, "nemo_missing.nemo")
+    with tarfile.open(src) as t_in, tarfile.open(cut, "w:") as t_out:
+        for m in t_in.getmembers():
+            if "tp_rank_01_pp_rank_001" not in m.name:
+                t_out.addfile(m, t_in.extractfile(m) if m.isfile() else None)
+    bad_folder(s_, "a .nemo without one rank's weights", cut, "tp_rank_01_pp_rank_001/model_weights.ckpt")
+    trunc = os.path.join(s_.work, "nemo_cut.nemo")
+    data = open(src, "rb").read()
+    open(trunc, "wb").write(data[: len(data) * 2 // 3])
+    bad_folder(s_, "a .nemo cut short", trunc, "nemo_cut.nemo")
+    dist = os.path.join(s_.work, "nemo_dist_weights")
+    make_megatron.write_nemo(dist, tp=2, folder=True)
+    os.makedirs(os.path.join(dist, "model_weights"))
+    bad_folder(s_, "a .nemo with distributed weights", dist, "model_weights/")
+    stray = os.path.join(s_.work, "nemo_stray")
+    make_megatron.write_nemo(stray, tp=2, folder=True)
+    os.makedirs(os.path.join(stray, "mp_rank_02"))
+    shutil.copy(os.path.join(stray, "mp_rank_01", "model_weights.ckpt"), os.path.join(stray, "mp_rank_02", "model_weights.ckpt"))
+    bad_folder(s_, "a .nemo with a rank past its config's degrees", stray, "mp_rank_02/model_weights.ckpt")
+    r = run(s_, "merge", src, "-o", os.path.join(s_.work, "bad.pth"), "--unpad-vocab")
+    s_.check(r.returncode == 2 and "--unpad-vocab N" in r.stderr, "nemo --unpad-vocab without N: %s" % r.stderr)
+    # scan: a zip appended after the tar is a second reading (not the last member's), and is flagged
+    hostile = os.path.join(s_.work, "nemo_appended_zip.nemo")
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", b"cposix\nsystem\n(S'true'\ntR.")
+    open(hostile, "wb").write(data + buf.getvalue())
+    r = run(s_, "scan", hostile)
+    s_.check(r.returncode == 1 and "posix.system" in r.stdout, "a .nemo with a zip appended: scan exit %d %s" % (r.returncode, r.stdout[-300:]))
+
+
 def test_not_megatron(s_):
     # another tool's metadata.json beside a Hugging Face index: still the index
     d = os.path.join(s_.work, "hf_with_metadata_json")
@@ -321,6 +410,7 @@ def main():
         test_drift(s_)
         test_bad(s_)
         test_not_megatron(s_)
+        test_nemo(s_)
         test_corpus(s_)
     return suite_main(body)
 

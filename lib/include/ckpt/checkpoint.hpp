@@ -217,8 +217,9 @@ struct DistInfo {
     std::vector<std::string> masters;  // DeepSpeed ZeRO-1/2: the state dict's names merged from fp32 partitions
     // Every torch.save archive read (a whole rank file, or a DCP item): file (relative to dir), offset, length.
     struct Archive {
-        std::string file;
+        std::string file;  // relative to dir; "" when dir is itself the file (a .nemo's tar)
         uint64_t offset = 0, length = 0;
+        std::string member;  // the archive's name within that file (a tar member), "" when none
     };
     std::vector<Archive> archives;
     // Megatron-LM: the iteration, the model-parallel degrees and the model's shape from `args`.

@@ -93,7 +93,8 @@ MergeReport merge(const MergeRequest& rq) {
     if (rq.optimizer) {
         if (megatron)
             throw Error(ErrorKind::unsupported, rq.input,
-                        r.dist->layout == "megatron-torch"
+                        r.dist->layout == "megatron-nemo" ? "--optimizer: a .nemo holds the model's weights only, no optimizer state"
+                        : r.dist->layout == "megatron-torch"
                             ? "--optimizer: Megatron's --ckpt-format torch keeps each rank's optimizer state keyed by position within its parameter "
                               "groups, which the files do not tie to names: not reshardable here"
                             : "--optimizer: the moments of a torch_dist save are merged by name (inspect lists them under optimizer_moments), "

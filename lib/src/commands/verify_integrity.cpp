@@ -264,9 +264,9 @@ void dist_findings(const Checkpoint& c, std::vector<Finding>& out, size_t& recor
     std::unordered_map<std::string, std::shared_ptr<MappedFile>> open;
     for (const DistInfo::Archive& a : d.archives) {
         auto& f = open[a.file];
-        if (!f) f = std::make_shared<MappedFile>(d.dir + "/" + a.file);
+        if (!f) f = std::make_shared<MappedFile>(a.file.empty() ? d.dir : d.dir + "/" + a.file);
         auto view = f->view().sub(a.offset, a.length);
-        std::string where = a.offset || a.length != f->size() ? a.file + "@" + std::to_string(a.offset) : a.file;
+        std::string where = !a.member.empty() ? a.member : a.offset || a.length != f->size() ? a.file + "@" + std::to_string(a.offset) : a.file;
         if (!view) throw Error(ErrorKind::corrupt, f->path(), "is shorter than the archive at byte " + std::to_string(a.offset) + " needs: truncated?");
         ZipArchive zip = ZipArchive::open(*view);
         for (const ZipEntry& e : zip.entries()) {

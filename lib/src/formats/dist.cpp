@@ -166,11 +166,12 @@ std::unique_ptr<Checkpoint> DistView::open_part(const std::string& rel) {
 }
 
 std::unique_ptr<Checkpoint> DistView::open_part(std::shared_ptr<MappedFile> file, const std::string& rel, uint64_t offset,
-                                                uint64_t length) {
-    std::string name = rel + "@" + std::to_string(offset);
+                                                uint64_t length, bool member) {
+    std::string name = member ? rel : rel + "@" + std::to_string(offset);
     std::unique_ptr<Checkpoint> p = open_embedded(std::move(file), offset, length, c.dist->dir + "/" + name, part_options(options));
     adopt(*p, name);
-    c.dist->archives.push_back({rel, offset, length});
+    if (member) c.dist->archives.push_back({"", offset, length, rel});
+    else c.dist->archives.push_back({rel, offset, length, ""});
     return p;
 }
 
@@ -370,6 +371,7 @@ std::string sharded_folder_of(const std::string& path, std::string* what) {
 }
 
 DistTarget dist_target(const std::string& path) {
+    if (nemo_input(path)) return {DistKind::nemo, path};
     if (DistTarget m = megatron_target(path); m.kind != DistKind::none) return m;  // before DCP: torch_dist is DCP inside
     if (dist::is_dir(path)) {
         if (dist::is_file(path + "/.metadata")) return {DistKind::dcp, path};
@@ -390,6 +392,7 @@ std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const 
         case DistKind::deepspeed: return open_deepspeed(t.dir, options);
         case DistKind::dcp: return open_dcp(t.dir, options);
         case DistKind::megatron: return open_megatron(t.dir, options);
+        case DistKind::nemo: return open_nemo(t.dir, options);
         case DistKind::none: break;
     }
     return nullptr;

@@ -17,7 +17,7 @@
 
 namespace ckpt {
 
-enum class DistKind { none, deepspeed, dcp, megatron };
+enum class DistKind { none, deepspeed, dcp, megatron, nemo };
 struct DistTarget {
     DistKind kind = DistKind::none;
     std::string dir;  // DeepSpeed: the top folder or a tag folder; dcp: the folder of .metadata;
@@ -94,7 +94,9 @@ struct DistView {
     // a torch.save archive stored at bytes [offset, offset + length) of one (a .distcp item). Its
     // globals and problems become the view's, named by `name`; its mapping is kept for pieces.
     std::unique_ptr<Checkpoint> open_part(const std::string& rel);
-    std::unique_ptr<Checkpoint> open_part(std::shared_ptr<MappedFile> file, const std::string& rel, uint64_t offset, uint64_t length);
+    // `member`: the archive is a whole file of its container (a tar's member), named `rel` alone.
+    std::unique_ptr<Checkpoint> open_part(std::shared_ptr<MappedFile> file, const std::string& rel, uint64_t offset, uint64_t length,
+                                          bool member = false);
 
     // The bytes of `part`'s tensor `t` as a run: it must be contiguous, and its storage a stored
     // record (torch.save never compresses one). `what` names it in errors.
@@ -156,5 +158,8 @@ std::string sharded_folder_of(const std::string& path, std::string* what = nullp
 DistTarget megatron_target(const std::string& path);
 std::string megatron_folder_of(const std::string& path);  // model_optim_rng.pt of mp_rank_* beside others: the iteration folder
 std::unique_ptr<Checkpoint> open_megatron(const std::string& dir, const OpenOptions& options);  // megatron.cpp
+// NeMo: a .nemo file (a tar) or the folder one was extracted to (nemo.cpp).
+bool nemo_input(const std::string& path);
+std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions& options);
 
 }  // namespace ckpt

@@ -213,10 +213,6 @@ std::vector<RecordPiece> bytes_of(const std::vector<RecordPiece>& pieces, uint64
     return out;
 }
 
-}  // namespace megatron
-
-namespace {
-
 // --unpad-vocab: the rows of the word embeddings and the output layer (and their moments) past the
 // true vocabulary are padding (vocab_utils.py: padded to a multiple of make_vocab_size_divisible_by ×
 // TP); each such tensor becomes a view of its first `rows` rows, which stays contiguous.
@@ -248,6 +244,10 @@ void unpad(Checkpoint::Contents& c, Value* root, int64_t rows, const std::string
     if (!cut) throw Error(ErrorKind::usage, dir, "--unpad-vocab: no word embeddings or output layer to cut");
     c.dist->notes.push_back("--unpad-vocab: the word embeddings and output layer cut to their first " + std::to_string(rows) + " rows (the rest is padding)");
 }
+
+}  // namespace megatron
+
+namespace {
 
 }  // namespace
 

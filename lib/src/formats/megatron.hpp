@@ -3,6 +3,8 @@
 // --ckpt-format torch; megatron_dist.cpp renames the items of a torch_dist folder.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
@@ -40,6 +42,34 @@ std::string renumbered(const std::string& name, std::pair<size_t, size_t> at, in
 std::vector<RecordPiece> joined(std::vector<RecordPiece> pieces);
 // Bytes [start, start + n) of what `pieces` hold one after the other (untyped pieces).
 std::vector<RecordPiece> bytes_of(const std::vector<RecordPiece>& pieces, uint64_t start, uint64_t n);
+
+// One rank's file of a --ckpt-format torch save (or of a .nemo): its model chunks, one per virtual stage.
+struct RankFile {
+    int tp = 0, pp = 0, ep = 0;
+    std::string rel;
+    std::unique_ptr<Checkpoint> part;
+    std::vector<std::vector<std::pair<std::string, const Value*>>> chunks;  // per virtual stage: its model's entries
+    std::vector<std::map<std::string, const Value*>> by_name;                // the same, by name
+};
+// A chunk: the state dict `m` of f.part (nested dicts joined with '.').
+void add_chunk(RankFile& f, const Value* m);
+// Every rank's file, opened and in (pp, ep, tp) order, each with d.virtual_pipeline chunks; args
+// gives the model's shape and Megatron's switches (swiglu, untie_embeddings_and_output_weights,
+// num_experts, padded_vocab_size …).
+struct RankFiles {
+    Args args;
+    DistInfo::Degrees d;
+    std::vector<RankFile> files;
+    std::string first_path;  // names args' source in errors
+};
+// The chunks joined into `model` (an ordered dict): layers renumbered from each chunk's own numbers,
+// experts from their expert-parallel rank, tensor-parallel pieces joined by Megatron's rules (a
+// split tensor no rule covers is refused), replicas and the tied copy listed in the view's DistInfo.
+void join_rank_files(DistView& view, const std::string& dir, Value* model, RankFiles& set);
+
+// --unpad-vocab: the word embeddings and output layer under root["model"] (and their moments under
+// root["optimizer_moments"]) cut to their first `rows` rows; rows ≤ 0 (nothing recorded) is Error(usage).
+void unpad(Checkpoint::Contents& c, Value* root, int64_t rows, const std::string& dir);
 
 // The two formats, each into `root` ("model" the state dict), with args' vocab_size.
 void open_torch_format(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab);  // megatron_torch.cpp

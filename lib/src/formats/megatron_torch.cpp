@@ -82,123 +82,24 @@ std::string rank_name(int tp, int pp, int ep, const DistInfo::Degrees& d) {
     return s;
 }
 
-struct RankFile {
-    int tp = 0, pp = 0, ep = 0;
-    std::string rel;
-    std::unique_ptr<Checkpoint> part;
-    std::vector<std::vector<std::pair<std::string, const Value*>>> chunks;  // per virtual stage: its model's entries
-    std::vector<std::map<std::string, const Value*>> by_name;                // the same, by name
-};
-
 
 }  // namespace
 
-void open_torch_format(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab) {
+void add_chunk(RankFile& f, const Value* m) {
+    if (m->kind != ValueKind::dict) throw Error(ErrorKind::format, f.part->path(), "its model is " + repr(m, 40) + ", not a state dict");
+    f.chunks.emplace_back();
+    naming_file(f.part->path(), [&] { flatten(m, "", f.chunks.back(), 0); });
+    f.by_name.emplace_back(f.chunks.back().begin(), f.chunks.back().end());
+}
+
+// The chunks of every rank file joined into `model`: layers and experts renumbered, tensor-parallel
+// pieces joined by Megatron's rules, replicas and the tied copy listed for verify.
+void join_rank_files(DistView& view, const std::string& dir, Value* model, RankFiles& set) {
     DistInfo& info = *view.c.dist;
-    info.layout = "megatron-torch";
-    // The rank folders, then what their names mean (args of the first says which suffix is which).
-    std::vector<std::pair<std::string, std::vector<int>>> names;
-    for (const std::string& n : dist::list_dir(dir)) {
-        std::smatch m;
-        if (!std::regex_match(n, m, rank_dir_pattern()) || !dist::is_dir(dir + "/" + n)) continue;
-        std::vector<int> nums;
-        for (size_t g = 1; g <= 3; ++g)
-            if (m[g].matched) nums.push_back(std::stoi(m[g]));
-        names.emplace_back(n, nums);
-    }
-    std::sort(names.begin(), names.end());
-    if (names.empty()) throw Error(ErrorKind::format, dir, "holds no mp_rank_* folder");
-    std::unique_ptr<Checkpoint> first = view.open_part(names.front().first + "/" + k_rank_file);
-    const std::string first_path = first->path();
-    Args args{field(first->root(), "args")};
-    if (!args.v) throw Error(ErrorKind::format, first->path(), "holds no `args`: not a Megatron checkpoint (its model-parallel degrees are unknown)");
-    DistInfo::Degrees d = degrees_of(args);
-    if (d.tensor < 1 || d.pipeline < 1 || d.expert < 1 || d.virtual_pipeline < 1 || d.tensor > 4096 || d.pipeline > 4096 || d.expert > 4096 ||
-        d.virtual_pipeline > 4096)
-        throw Error(ErrorKind::corrupt, first->path(), "args holds model-parallel degrees out of range");
-    info.parallel = d;
-    describe_model(args, info);
-    vocab = args.i("vocab_size");
-    if (auto cv = field(first->root(), "checkpoint_version"); cv && cv->kind == ValueKind::floating && cv->f() < 2.0 && d.tensor > 1)
-        throw Error(ErrorKind::unsupported, first->path(),
-                    "checkpoint_version " + repr(cv, 20) + " orders the fused QKV rows per rank another way (Megatron's fix_query_key_value_ordering): not merged");
-    std::map<std::tuple<int, int, int>, std::string> by_rank;
-    for (const auto& [n, nums] : names) {
-        size_t want = 1 + (d.pipeline > 1) + (d.expert > 1);
-        if (nums.size() != want)
-            throw Error(ErrorKind::corrupt, dir + "/" + n,
-                        "is not a rank folder of this run: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " +
-                            std::to_string(d.expert) + ", whose folders are named like " + rank_name(0, 0, 0, d));
-        int tp = nums[0], pp = d.pipeline > 1 ? nums[1] : 0, ep = d.expert > 1 ? nums.back() : 0;
-        if (tp >= d.tensor || pp >= d.pipeline || ep >= d.expert)
-            throw Error(ErrorKind::corrupt, dir + "/" + n,
-                        "is past the run's degrees: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " + std::to_string(d.expert));
-        by_rank[{pp, ep, tp}] = n;
-    }
-    size_t want = static_cast<size_t>(d.tensor) * d.pipeline * d.expert;
-    std::vector<RankFile> files;
-    for (int pp = 0; pp < d.pipeline; ++pp)
-        for (int ep = 0; ep < d.expert; ++ep)
-            for (int tp = 0; tp < d.tensor; ++tp) {
-                auto it = by_rank.find({pp, ep, tp});
-                std::string rel = (it == by_rank.end() ? rank_name(tp, pp, ep, d) : it->second) + "/" + k_rank_file;
-                if (it == by_rank.end() || !dist::is_file(dir + "/" + rel))
-                    throw Error(ErrorKind::corrupt, dir + "/" + rel,
-                                "is missing: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " +
-                                    std::to_string(d.expert) + " (" + std::to_string(want) + " files), " + std::to_string(by_rank.size()) + " rank folders found");
-                RankFile f;
-                f.tp = tp, f.pp = pp, f.ep = ep, f.rel = rel;
-                files.push_back(std::move(f));
-            }
-    info.world_size = static_cast<int>(want);
-    // Open them all; each must agree with the first on the iteration and the model's shape.
-    auto iteration = int_of(field(first->root(), "iteration"));
-    info.iteration = iteration;
-    static const char* const k_agree[] = {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-                                          "padded_vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                          "expert_model_parallel_size", "num_experts", "swiglu", "untie_embeddings_and_output_weights"};
-    const Value* version = field(first->root(), "checkpoint_version");
-    for (RankFile& f : files) {
-        f.part = f.rel == names.front().first + "/" + k_rank_file ? std::move(first) : view.open_part(f.rel);
-        info.files.push_back(f.rel);
-        info.bytes += f.part->file_size();
-        const Value* r = f.part->root();
-        auto it = int_of(field(r, "iteration"));
-        if (it != iteration)
-            throw Error(ErrorKind::corrupt, f.part->path(),
-                        "is of iteration " + (it ? std::to_string(*it) : std::string("none")) + ", " + files.front().rel + " of " +
-                            (iteration ? std::to_string(*iteration) : std::string("none")) + ": files of two saves are mixed");
-        Args a{field(r, "args")};
-        for (const char* k : k_agree)
-            if (repr(field(a.v, k), 80) != repr(field(args.v, k), 80))
-                throw Error(ErrorKind::corrupt, f.part->path(),
-                            std::string("args.") + k + " is " + repr(field(a.v, k), 40) + ", " + files.front().rel + " says " + repr(field(args.v, k), 40) +
-                                ": files of two runs are mixed");
-        std::vector<const Value*> models;
-        if (const Value* m = field(r, "model")) models.push_back(m);
-        for (int v = 0;; ++v) {
-            const Value* m = field(r, "model" + std::to_string(v));
-            if (!m) break;
-            models.push_back(m);
-        }
-        if (models.empty()) throw Error(ErrorKind::format, f.part->path(), "holds no `model` (nor model0 …): no weights");
-        if (d.virtual_pipeline > 1 && static_cast<int>(models.size()) != d.virtual_pipeline)
-            throw Error(ErrorKind::corrupt, f.part->path(),
-                        "holds " + std::to_string(models.size()) + " model chunks, args says " + std::to_string(d.virtual_pipeline) + " virtual pipeline stages");
-        if (models.size() > 1 && d.virtual_pipeline == 1) d.virtual_pipeline = static_cast<int>(models.size()), info.parallel = d;
-        for (const Value* m : models) {
-            if (m->kind != ValueKind::dict) throw Error(ErrorKind::format, f.part->path(), "its model is " + repr(m, 40) + ", not a state dict");
-            f.chunks.emplace_back();
-            naming_file(f.part->path(), [&] { flatten(m, "", f.chunks.back(), 0); });
-            f.by_name.emplace_back(f.chunks.back().begin(), f.chunks.back().end());
-        }
-    }
-    for (const RankFile& f : files)
-        if (static_cast<int>(f.chunks.size()) != d.virtual_pipeline)
-            throw Error(ErrorKind::corrupt, f.part->path(),
-                        "holds " + std::to_string(f.chunks.size()) + " model chunks, another rank file " + std::to_string(d.virtual_pipeline) +
-                            ": the virtual pipeline stages disagree");
-    info.writer = std::string("Megatron-LM, --ckpt-format torch") + (version ? " (checkpoint_version " + repr(version, 20) + ")" : "");
+    const Args& args = set.args;
+    DistInfo::Degrees& d = set.d;
+    std::vector<RankFile>& files = set.files;
+    const std::string& first_path = set.first_path;
     bool swiglu = args.b("swiglu");
     bool tied = field(args.v, "untie_embeddings_and_output_weights") && !args.b("untie_embeddings_and_output_weights");
     int etp = static_cast<int>(args.i("expert_tensor_parallel_size", d.tensor));
@@ -229,7 +130,6 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
     if (auto nl = args.i("num_layers"); nl && *nl != layers)
         throw Error(ErrorKind::corrupt, dir, "the rank files hold " + std::to_string(layers) + " layers, args says num_layers " + std::to_string(*nl));
 
-    Value* model = view.dict(true);
     // The joined vocabulary-parallel tensors (word embeddings, output layer): their pieces for the
     // tied copy, their shapes against padded_vocab_size.
     auto vocab_parallel = [](const std::string& n) { return text::ends_with(n, "word_embeddings.weight") || text::ends_with(n, "output_layer.weight"); };
@@ -240,7 +140,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
         view.set(model, name, v);
     };
     std::vector<RecordPiece> tied_copy;
-    std::string tied_where;
+    std::string tied_where, tied_name;
     DType tied_dtype = DType::untyped;
     for (int vp = 0; vp < d.virtual_pipeline; ++vp)
         for (int pp = 0; pp < d.pipeline; ++pp)
@@ -276,9 +176,10 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                         emit_value(global, view.copy(*f0.part, v0));
                         continue;
                     }
-                    if (tied && d.pipeline > 1 && pp == d.pipeline - 1 && global == "output_layer.weight") {
+                    if (tied && d.pipeline > 1 && pp == d.pipeline - 1 && (global == "output_layer.weight" || text::ends_with(global, ".output_layer.weight"))) {
                         // The last stage's copy of the tied embedding: a TP=1/PP=1 save has none.
                         tied_where = f0.rel;
+                        tied_name = global;
                         tied_dtype = f0.part->tensors()[v0->i()].dtype;
                         std::vector<dist::Run> runs;
                         for (int tp = 0; tp < d.tensor; ++tp) runs.push_back(view.run_of(*at(tp, pp, ep).part, vals[tp]->i(), name));
@@ -374,8 +275,9 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                 }
             }
     if (!tied_copy.empty()) {
-        auto emb = merged.find("embedding.word_embeddings.weight");
-        if (emb == merged.end()) emb = merged.find("language_model.embedding.word_embeddings.weight");
+        auto emb = std::find_if(merged.begin(), merged.end(), [](const auto& m) {  // Megatron-Core's, legacy's or NeMo's (model.…)
+            return m.first == "embedding.word_embeddings.weight" || text::ends_with(m.first, ".embedding.word_embeddings.weight");
+        });
         if (emb != merged.end()) {
             uint64_t size = 0;
             for (const RecordPiece& p : emb->second.first) size += p.length;
@@ -383,7 +285,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
             for (const RecordPiece& p : tied_copy) copy += p.length;
             if (size == copy) {
                 DistInfo::Replica rep;
-                rep.name = "output_layer.weight (the tied copy of the word embeddings)";
+                rep.name = tied_name + " (the tied copy of the word embeddings)";
                 rep.size = size;
                 rep.dtype = tied_dtype;
                 rep.where = {"the first stage's word embeddings", tied_where};
@@ -391,7 +293,7 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                 info.replicas.push_back(std::move(rep));
             }
         }
-        info.notes.push_back("output_layer.weight of the last pipeline stage is the tied copy of the word embeddings (" + tied_where +
+        info.notes.push_back("the output layer of the last pipeline stage is the tied copy of the word embeddings (" + tied_where +
                              "): left out, as a TP=1/PP=1 save has none; verify compares it");
     }
     if (auto padded = args.i("padded_vocab_size"))
@@ -400,6 +302,114 @@ void open_torch_format(DistView& view, const std::string& dir, Value* root, std:
                 throw Error(ErrorKind::corrupt, dir,
                             "the tensor-parallel pieces of " + name + " make " + std::to_string(shape[0]) + " rows, args says padded_vocab_size " +
                                 std::to_string(*padded));
+
+}
+
+void open_torch_format(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab) {
+    DistInfo& info = *view.c.dist;
+    info.layout = "megatron-torch";
+    // The rank folders, then what their names mean (args of the first says which suffix is which).
+    std::vector<std::pair<std::string, std::vector<int>>> names;
+    for (const std::string& n : dist::list_dir(dir)) {
+        std::smatch m;
+        if (!std::regex_match(n, m, rank_dir_pattern()) || !dist::is_dir(dir + "/" + n)) continue;
+        std::vector<int> nums;
+        for (size_t g = 1; g <= 3; ++g)
+            if (m[g].matched) nums.push_back(std::stoi(m[g]));
+        names.emplace_back(n, nums);
+    }
+    std::sort(names.begin(), names.end());
+    if (names.empty()) throw Error(ErrorKind::format, dir, "holds no mp_rank_* folder");
+    std::unique_ptr<Checkpoint> first = view.open_part(names.front().first + "/" + k_rank_file);
+    const std::string first_path = first->path();
+    Args args{field(first->root(), "args")};
+    if (!args.v) throw Error(ErrorKind::format, first->path(), "holds no `args`: not a Megatron checkpoint (its model-parallel degrees are unknown)");
+    DistInfo::Degrees d = degrees_of(args);
+    if (d.tensor < 1 || d.pipeline < 1 || d.expert < 1 || d.virtual_pipeline < 1 || d.tensor > 4096 || d.pipeline > 4096 || d.expert > 4096 ||
+        d.virtual_pipeline > 4096)
+        throw Error(ErrorKind::corrupt, first->path(), "args holds model-parallel degrees out of range");
+    info.parallel = d;
+    describe_model(args, info);
+    vocab = args.i("vocab_size");
+    if (auto cv = field(first->root(), "checkpoint_version"); cv && cv->kind == ValueKind::floating && cv->f() < 2.0 && d.tensor > 1)
+        throw Error(ErrorKind::unsupported, first->path(),
+                    "checkpoint_version " + repr(cv, 20) + " orders the fused QKV rows per rank another way (Megatron's fix_query_key_value_ordering): not merged");
+    std::map<std::tuple<int, int, int>, std::string> by_rank;
+    for (const auto& [n, nums] : names) {
+        size_t want = 1 + (d.pipeline > 1) + (d.expert > 1);
+        if (nums.size() != want)
+            throw Error(ErrorKind::corrupt, dir + "/" + n,
+                        "is not a rank folder of this run: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " +
+                            std::to_string(d.expert) + ", whose folders are named like " + rank_name(0, 0, 0, d));
+        int tp = nums[0], pp = d.pipeline > 1 ? nums[1] : 0, ep = d.expert > 1 ? nums.back() : 0;
+        if (tp >= d.tensor || pp >= d.pipeline || ep >= d.expert)
+            throw Error(ErrorKind::corrupt, dir + "/" + n,
+                        "is past the run's degrees: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " + std::to_string(d.expert));
+        by_rank[{pp, ep, tp}] = n;
+    }
+    size_t want = static_cast<size_t>(d.tensor) * d.pipeline * d.expert;
+    std::vector<RankFile> files;
+    for (int pp = 0; pp < d.pipeline; ++pp)
+        for (int ep = 0; ep < d.expert; ++ep)
+            for (int tp = 0; tp < d.tensor; ++tp) {
+                auto it = by_rank.find({pp, ep, tp});
+                std::string rel = (it == by_rank.end() ? rank_name(tp, pp, ep, d) : it->second) + "/" + k_rank_file;
+                if (it == by_rank.end() || !dist::is_file(dir + "/" + rel))
+                    throw Error(ErrorKind::corrupt, dir + "/" + rel,
+                                "is missing: args says TP " + std::to_string(d.tensor) + " × PP " + std::to_string(d.pipeline) + " × EP " +
+                                    std::to_string(d.expert) + " (" + std::to_string(want) + " files), " + std::to_string(by_rank.size()) + " rank folders found");
+                RankFile f;
+                f.tp = tp, f.pp = pp, f.ep = ep, f.rel = rel;
+                files.push_back(std::move(f));
+            }
+    info.world_size = static_cast<int>(want);
+    // Open them all; each must agree with the first on the iteration and the model's shape.
+    auto iteration = int_of(field(first->root(), "iteration"));
+    info.iteration = iteration;
+    static const char* const k_agree[] = {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                                          "padded_vocab_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                          "expert_model_parallel_size", "num_experts", "swiglu", "untie_embeddings_and_output_weights"};
+    const Value* version = field(first->root(), "checkpoint_version");
+    for (RankFile& f : files) {
+        f.part = f.rel == names.front().first + "/" + k_rank_file ? std::move(first) : view.open_part(f.rel);
+        info.files.push_back(f.rel);
+        info.bytes += f.part->file_size();
+        const Value* r = f.part->root();
+        auto it = int_of(field(r, "iteration"));
+        if (it != iteration)
+            throw Error(ErrorKind::corrupt, f.part->path(),
+                        "is of iteration " + (it ? std::to_string(*it) : std::string("none")) + ", " + files.front().rel + " of " +
+                            (iteration ? std::to_string(*iteration) : std::string("none")) + ": files of two saves are mixed");
+        Args a{field(r, "args")};
+        for (const char* k : k_agree)
+            if (repr(field(a.v, k), 80) != repr(field(args.v, k), 80))
+                throw Error(ErrorKind::corrupt, f.part->path(),
+                            std::string("args.") + k + " is " + repr(field(a.v, k), 40) + ", " + files.front().rel + " says " + repr(field(args.v, k), 40) +
+                                ": files of two runs are mixed");
+        std::vector<const Value*> models;
+        if (const Value* m = field(r, "model")) models.push_back(m);
+        for (int v = 0;; ++v) {
+            const Value* m = field(r, "model" + std::to_string(v));
+            if (!m) break;
+            models.push_back(m);
+        }
+        if (models.empty()) throw Error(ErrorKind::format, f.part->path(), "holds no `model` (nor model0 …): no weights");
+        if (d.virtual_pipeline > 1 && static_cast<int>(models.size()) != d.virtual_pipeline)
+            throw Error(ErrorKind::corrupt, f.part->path(),
+                        "holds " + std::to_string(models.size()) + " model chunks, args says " + std::to_string(d.virtual_pipeline) + " virtual pipeline stages");
+        if (models.size() > 1 && d.virtual_pipeline == 1) d.virtual_pipeline = static_cast<int>(models.size()), info.parallel = d;
+        for (const Value* m : models) add_chunk(f, m);
+    }
+    for (const RankFile& f : files)
+        if (static_cast<int>(f.chunks.size()) != d.virtual_pipeline)
+            throw Error(ErrorKind::corrupt, f.part->path(),
+                        "holds " + std::to_string(f.chunks.size()) + " model chunks, another rank file " + std::to_string(d.virtual_pipeline) +
+                            ": the virtual pipeline stages disagree");
+    info.writer = std::string("Megatron-LM, --ckpt-format torch") + (version ? " (checkpoint_version " + repr(version, 20) + ")" : "");
+    Value* model = view.dict(true);
+    RankFiles set{args, d, std::move(files), first_path};
+    join_rank_files(view, dir, model, set);
+    files = std::move(set.files);
 
     // The rest of the first rank's file (args, iteration, scheduler …); per-rank state is left out.
     const Value* r0 = files.front().part->root();

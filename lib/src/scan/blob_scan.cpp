@@ -643,6 +643,21 @@ bool BlobScanner::scan_tar(ByteView b, const Where& w) {
     return true;
 }
 
+// A tar whose last member is a zip (a .nemo's weights file) read from the file's end is that
+// member read as zipfile reads it, which the tar's scan has scanned: one reading, not a second format.
+bool BlobScanner::tar_last_member_is_the_zip(ByteView b, const Where& w) {
+    TarReading t = read_tar(b);
+    if (!t.accepted || !t.problem.empty()) return false;
+    const TarMember* last = nullptr;
+    for (const TarMember& m : t.members)
+        if (m.regular() && m.size && (!last || m.data > last->data)) last = &m;
+    if (!last || last->data > b.size || last->size > b.size - last->data) return false;
+    if (!zipfile_reads_only(b, part(b, last->data, last->size))) return false;
+    m_pickles.note("tar", w.name, w.base,
+                   "its last member " + last->name + " is the zip a zipfile-based reader finds from the file's end: that member, scanned as such");
+    return true;
+}
+
 void BlobScanner::scan_global_lines(ByteView data, const Where& w) {
     size_t tried = 0;
     for (uint64_t p = 1; p + 4 < data.size && tried < 10000; ++p) {
@@ -687,7 +702,7 @@ void BlobScanner::scan_other(ByteView b, const Where& w, bool surely, bool top) 
             safetensors_error = e.message();
         }
     }
-    if (has_zip_end(b)) {
+    if (has_zip_end(b) && !tar_last_member_is_the_zip(b, w)) {
         // No local header first, so torch.load does not take it as a zip; zipfile finds its end.
         ZipReading p = read_zip_as_zipfile(b);
         if (p.ok() && !p.members.empty()) {

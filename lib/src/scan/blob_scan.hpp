@@ -65,6 +65,7 @@ private:
     void scan_other(ByteView b, const Where& w, bool surely, bool top);
     void scan_wrapper(ByteView b, const Where& w, Readings& r);
     bool scan_tar(ByteView b, const Where& w);
+    bool tar_last_member_is_the_zip(ByteView b, const Where& w);
     // Every GLOBAL opcode whose module line is one Python can import, in bytes a reader may run as
     // pickles from places scan cannot pin down (a tar member whose layout scan cannot follow).
     void scan_global_lines(ByteView data, const Where& w);

@@ -530,4 +530,17 @@ std::vector<std::string> zip_disagreements(const ZipReading& t, const ZipReading
     return out;
 }
 
+bool zipfile_reads_only(ByteView file, ByteView part) {
+    if (part.data < file.data || part.data + part.size > file.data + file.size) return false;
+    ZipReading whole = read_zip_as_zipfile(file), alone = read_zip_as_zipfile(part);
+    if (!whole.ok() || !alone.ok() || whole.members.size() != alone.members.size()) return false;
+    uint64_t at = static_cast<uint64_t>(part.data - file.data);
+    if (whole.cd_offset != alone.cd_offset + at) return false;  // where each reader found the directory
+    for (size_t i = 0; i < whole.members.size(); ++i) {
+        const ZipMember &a = whole.members[i], &b = alone.members[i];
+        if (a.raw_name != b.raw_name || a.local != b.local + at || a.comp != b.comp || a.size != b.size || a.method != b.method) return false;
+    }
+    return true;
+}
+
 }  // namespace ckpt

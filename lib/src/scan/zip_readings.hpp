@@ -57,6 +57,11 @@ struct ZipReading {
 // page in); read_local_header reads a member's when its bytes are wanted.
 ZipReading read_zip_as_torch(ByteView file);
 ZipReading read_zip_as_zipfile(ByteView file);
+// Whether the zip zipfile reads from the end of `file` is, byte for byte, the one it reads from
+// `part` (a span of `file`, a tar's last member) alone: the same directory, every member's local
+// header at the same place of the file. Then reading the file as a zip reads nothing the part's own
+// scan does not (a .nemo: a tar whose last member is a torch.save archive).
+bool zipfile_reads_only(ByteView file, ByteView part);
 // Where a member's data starts, from its local header as the reader reads it (both take the local
 // name and extra lengths; zipfile refuses a local name that differs from the directory's).
 void read_local_header(ByteView file, const ZipReading& z, ZipMember& m);
