@@ -20,7 +20,7 @@ Runner setup_merge(CLI::App& sub, const GlobalOptions& global) {
     ckpt::MergeRequest& r = a->request;
     sub.add_option("IN", r.input,
                    "A DeepSpeed checkpoint folder (the top folder, a tag folder or one of its files), a Megatron-LM save "
-                   "(its folder or an iteration folder), a "
+                   "(its folder or an iteration folder), a NeMo .nemo (or the folder it extracts to) or NeMo 2 folder, a "
                    "torch.distributed.checkpoint folder (or its .metadata / a .distcp), or any checkpoint (never modified)")
         ->required();
     sub.add_option("-o,--output", r.output, "The file to write: .pth/.pt/.bin, or .safetensors");

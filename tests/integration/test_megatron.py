@@ -334,6 +334,43 @@ def test_nemo(s_):
     s_.check(r.returncode == 1 and "posix.system" in r.stdout, "a .nemo with a zip appended: scan exit %d %s" % (r.returncode, r.stdout[-300:]))
 
 
+def test_nemo2(s_):
+    """NeMo 2 folders (weights/ in torch_dist with "module." keys, context/model.yaml): merged bit for
+    bit; the weights/ folder alone opens the same."""
+    for name, config in (("nemo2_tp2pp2", dict(tp=2, pp=2)), ("nemo2_gqa_swiglu_tied", dict(tp=2, pp=1, heads=8, groups=2, swiglu=True, tied=True))):
+        top = os.path.join(s_.work, name)
+        expected = make_megatron.write_nemo2(top, **config)
+        for given in (top, os.path.join(top, "weights")):
+            out = os.path.join(s_.work, name + ".pth")
+            merged(s_, given, out)
+            if os.path.exists(out):
+                got = load(out)
+                s_.check(set(got) == set(expected) and same(as_dict(got), {k: expected[k] for k in got}),
+                         "%s (%s): merged state dict differs: %s" % (name, given, sorted(set(got) ^ set(expected))[:4]))
+        r = run(s_, "inspect", top, "--json")
+        s_.check(r.returncode == 0, "%s: inspect: %s" % (name, r.stderr))
+        if r.returncode == 0:
+            j = json.loads(r.stdout)
+            s_.check(not schema_problems(j), "%s: inspect schema: %s" % (name, schema_problems(j)[:3]))
+            d = j["distributed"]
+            s_.check(d["layout"] == "megatron-nemo2" and d["iteration"] == 7 and d["model_shape"].get("layers") == "4" and
+                     d["parallel"]["tensor"] == config["tp"], "%s: inspect's distributed section: %s" % (name, d))
+        for argv in (["verify", top], ["verify", top, out], ["diff-keys", top, out], ["scan", os.path.join(top, "weights")]):
+            r = run(s_, *argv)
+            s_.check(r.returncode == 0, "%s: %s: exit %d %s%s" % (name, argv[0], r.returncode, r.stdout[-300:], r.stderr))
+        st = os.path.join(s_.work, name + ".safetensors")
+        merged(s_, top, st, "--unpad-vocab")  # the config's vocab_size
+        r = run(s_, "convert", st, "-o", st + ".pth")
+        if r.returncode == 0:
+            k = "module.embedding.word_embeddings.weight"
+            s_.check(same(load(st + ".pth")[k], expected[k][:60]), "%s: --unpad-vocab: not the first 60 rows" % name)
+    # no config: weights/ alone is a torch_dist folder without args, exit 2 naming why
+    bare = os.path.join(s_.work, "nemo2_no_context")
+    make_megatron.write_nemo2(bare, tp=2, pp=2)
+    shutil.rmtree(os.path.join(bare, "context"))
+    bad_folder(s_, "NeMo 2 weights without their context", os.path.join(bare, "weights"), "holds no `args`")
+
+
 def test_not_megatron(s_):
     # another tool's metadata.json beside a Hugging Face index: still the index
     d = os.path.join(s_.work, "hf_with_metadata_json")
@@ -411,6 +448,7 @@ def main():
         test_bad(s_)
         test_not_megatron(s_)
         test_nemo(s_)
+        test_nemo2(s_)
         test_corpus(s_)
     return suite_main(body)
 

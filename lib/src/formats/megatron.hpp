@@ -73,6 +73,9 @@ void unpad(Checkpoint::Contents& c, Value* root, int64_t rows, const std::string
 
 // The two formats, each into `root` ("model" the state dict), with args' vocab_size.
 void open_torch_format(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab);  // megatron_torch.cpp
-void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab);    // megatron_dist.cpp
+// torch_dist: `given_args` stands in when common.pt holds none (NeMo 2 keeps the config beside the
+// weights); `pre` is the prefix of every model key ("module." in NeMo 2).
+void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab, const Value* given_args = nullptr,
+                     const std::string& pre = "");  // megatron_dist.cpp
 
 }  // namespace ckpt::megatron

@@ -19,7 +19,8 @@ using dist::field;
 using dist::int_of;
 using dist::str_of;
 
-void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab) {
+void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::optional<int64_t>& vocab, const Value* given_args,
+                     const std::string& pre) {
     DistInfo& info = *view.c.dist;
     info.layout = "megatron-torch_dist";
     auto meta_json = read_json_file(dir + "/metadata.json");
@@ -51,10 +52,12 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
     if (!common || common->kind != ValueKind::dict)
         throw Error(ErrorKind::corrupt, dir, "holds no common.pt and no common_state item: the args and iteration of this save are missing");
     Args args{field(common, "args")};
+    if (!args.v) args.v = given_args;
     if (!args.v) throw Error(ErrorKind::corrupt, dir + "/common.pt", "holds no `args`: the model's shape is unknown");
     info.parallel = degrees_of(args);
     vocab = args.i("vocab_size");
     info.iteration = int_of(field(common, "iteration"));
+    if (!info.iteration) info.iteration = int_of(field(common, "global_step"));  // NeMo 2: Lightning's step
     describe_model(args, info);
     std::string era = field(folder.meta, "mcore_data") ? " ≤ 0.14" : dist::class_of(folder.meta).find("MCoreMetadata") != std::string::npos ? " 0.15" : "";
     info.writer = "Megatron-Core" + era + ", --ckpt-format torch_dist";
@@ -88,7 +91,7 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
     };
     auto order_of = [&](const std::string& n, int64_t layer) -> int64_t {
         if (layer >= 0) return 1 + layer;
-        return text::starts_with(n, "embedding.") ? 0 : tail;
+        return text::starts_with(n, pre + "embedding.") ? 0 : tail;
     };
     // A tensor as the model names it: an expert tensor with its expert axis [E, …] first (SequentialMLP's
     // mlp.experts.experts.X, TEGroupedMLP's mlp.experts.linear_fcN.weight) cut per expert.
@@ -117,7 +120,7 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
     };
     // A tensor under its key: per layer when stacked [L, …] under decoder.layers.<no number>.
     auto add = [&](std::vector<Entry>& to, const std::string& key, DcpItem& item) {
-        const std::string stack = "decoder.layers.";
+        const std::string stack = pre + "decoder.layers.";
         if (text::starts_with(key, stack) && !(key.size() > stack.size() && std::isdigit(static_cast<unsigned char>(key[stack.size()])))) {
             if (!num_layers || item.shape.empty() || item.shape[0] != *num_layers)
                 throw Error(ErrorKind::corrupt, dir + "/.metadata",
@@ -143,10 +146,11 @@ void open_torch_dist(DistView& view, const std::string& dir, Value* root, std::o
             std::string base = item.fqn.substr(0, slash);
             std::smatch m;
             std::string shard = slash == std::string::npos ? "" : item.fqn.substr(slash + 1);
-            if (text::ends_with(base, "._extra_state") && text::starts_with(base, "decoder.layers.") && std::regex_match(shard, m, layer_shard) &&
+            const std::string stack = pre + "decoder.layers.";
+            if (text::ends_with(base, "._extra_state") && text::starts_with(base, stack) && std::regex_match(shard, m, layer_shard) &&
                 num_layers && std::stoll(m[2]) == *num_layers) {
                 int64_t l = std::stoll(m[1]);
-                std::string name = "decoder.layers." + std::to_string(l) + "." + base.substr(15);
+                std::string name = stack + std::to_string(l) + "." + base.substr(stack.size());
                 Value* v = item.value;
                 if (v->kind == ValueKind::list && v->items().size() == 1) v = v->items()[0];  // saved as torch.save([obj])
                 model.push_back({1 + l, name, v, DType::untyped, {}, {}});

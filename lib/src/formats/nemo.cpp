@@ -13,6 +13,12 @@
 //
 // The degrees and the model's shape come from the config (no `args` is saved); the rank files are
 // read in place (a tar member is a byte range of the .nemo) and joined by megatron_torch.cpp's rules.
+//
+// NeMo 2 (and Megatron-Bridge) checkpoints are a folder (nemo/lightning/ckpt_utils.py):
+//     weights/    a torch_dist folder (metadata.json, .metadata, __R_S.distcp, common.pt) whose keys
+//                 carry MegatronParallel's `module.` prefix; common.pt is Lightning's rest (global_step …)
+//     context/    model.yaml (the model's config under `config:`), io.json, the tokenizer
+// read by megatron_dist.cpp with the config standing in for `args`.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -111,7 +117,10 @@ Value* args_from_config(DistView& view, const std::map<std::string, std::string>
                           "num_query_groups", "max_position_embeddings"})
         if (auto v = integer(k)) put(k, *v);
     if (auto e = integer("num_moe_experts")) put("num_experts", *e);
+    if (auto v = integer("vocab_size")) put("vocab_size", *v);
     if (auto g = integer("num_query_groups"); g && *g != integer("num_attention_heads").value_or(*g)) put("group_query_attention", 1);
+    if (auto g = boolean("gated_linear_unit"); g && *g) put("swiglu", 1);  // NeMo 2's name for a gated MLP
+    if (auto it = cfg.find("activation_func._target_"); it != cfg.end()) view.set(args, "activation", view.str(it->second));
     if (auto it = cfg.find("activation"); it != cfg.end()) {
         put("swiglu", it->second == "swiglu" || it->second == "fast-swiglu");
         view.set(args, "activation", view.str(it->second));
@@ -135,14 +144,56 @@ std::string weights_of(int tp, int pp, const DistInfo::Degrees& d) {
 
 }  // namespace
 
+// NeMo 2: the checkpoint folder (weights/ and context/), or its weights/ folder given alone.
+std::string nemo2_folder(const std::string& path) {
+    if (!dist::is_dir(path)) return "";
+    auto is_nemo2 = [](const std::string& d) { return dist::is_file(d + "/weights/metadata.json") && dist::is_file(d + "/context/model.yaml"); };
+    if (is_nemo2(path)) return path;
+    std::string up = text::parent_dir(path);
+    if (text::base_name(path) == "weights" && is_nemo2(up)) return up;
+    return "";
+}
+
 bool nemo_input(const std::string& path) {
     if (dist::is_file(path)) return text::ends_with(path, ".nemo");
+    if (!nemo2_folder(path).empty()) return true;
     if (!dist::is_dir(path) || !dist::is_file(path + "/" + k_config)) return false;
     return dist::is_file(path + "/" + k_weights) || dist::is_file(path + "/mp_rank_00/" + k_weights) ||
            dist::is_file(path + "/tp_rank_00_pp_rank_000/" + k_weights) || dist::is_dir(path + "/model_weights");
 }
 
+namespace {
+
+std::unique_ptr<Checkpoint> open_nemo2(const std::string& top, const std::string& given, const OpenOptions& options) {
+    auto contents = std::make_unique<Checkpoint::Contents>();
+    Checkpoint::Contents* c = contents.get();
+    c->path = given;
+    c->dist = DistInfo{};
+    DistInfo& info = *c->dist;
+    const std::string dir = top + "/weights", yaml = top + "/context/model.yaml";
+    info.dir = dir;
+    std::map<std::string, std::string> cfg;
+    for (auto& [k, v] : yaml_scalars(read_text_file(yaml, 16u << 20, "model.yaml"), yaml))
+        if (text::starts_with(k, "config.")) cfg[k.substr(7)] = v;
+    if (cfg.empty()) throw Error(ErrorKind::format, yaml, "holds no `config:` mapping: not a NeMo 2 model's context");
+    DistView view(*c, options);
+    Value* args = args_from_config(view, cfg, yaml);
+    Value* root = view.dict();
+    std::optional<int64_t> vocab;
+    open_torch_dist(view, dir, root, vocab, args, "module.");
+    info.layout = "megatron-nemo2";
+    info.writer = "NeMo 2 (weights/ in torch_dist, the config in context/model.yaml)";
+    info.files.push_back("../context/model.yaml");
+    if (options.unpad_vocab) unpad(*c, root, *options.unpad_vocab ? *options.unpad_vocab : vocab.value_or(0), dir);
+    view.finish(root, "model");
+    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
+    return std::make_unique<Checkpoint>(std::move(contents));
+}
+
+}  // namespace
+
 std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions& options) {
+    if (std::string top = nemo2_folder(path); !top.empty()) return open_nemo2(top, path, options);
     auto contents = std::make_unique<Checkpoint::Contents>();
     Checkpoint::Contents* c = contents.get();
     c->path = path;
