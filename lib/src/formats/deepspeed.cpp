@@ -200,6 +200,55 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         }
     };
 
+    if (files.optim.empty() && dist::is_dir(tagdir + "/zero")) {  // a universal checkpoint: zero/<name>/fp32.pt per parameter
+        Shapes declared;
+        if (const Value* ps = field(root0, "param_shapes")) declared = param_shapes(ps, m0->path());
+        std::vector<std::pair<std::string, std::vector<int64_t>>> trainable;
+        for (const auto& g : declared) trainable.insert(trainable.end(), g.begin(), g.end());
+        std::set<std::string> trainable_names, aliases;
+        for (const auto& p : trainable) trainable_names.insert(p.first);
+        const Value* shared = field(root0, "shared_params");
+        if (shared && shared->kind == ValueKind::dict)
+            for (size_t i = 0; i < shared->dict_size(); ++i)
+                if (auto a = str_of(shared->dict_key(i))) aliases.insert(std::string(*a));
+        const Value* frozen_shapes = field(root0, "frozen_param_shapes");
+        bool frozen = frozen_shapes && frozen_shapes->kind == ValueKind::dict && frozen_shapes->dict_size() > 0;
+        if (files.model.empty() && frozen)
+            throw Error(ErrorKind::unsupported, tagdir,
+                        "is a universal checkpoint of a ZeRO-3 run with frozen parameters, which it leaves in every rank's fragments: not read yet");
+        UniversalParams u = read_universal(view, tagdir, trainable);
+        // Buffers and frozen parameters: the module's, as stored (ZeRO-1/2 keep them whole; universal
+        // holds trainable parameters only), then the fp32 parameters, then tied names.
+        for (size_t i = 0; i < module->dict_size(); ++i) {
+            auto k = str_of(module->dict_key(i));
+            const Value* v = module->dict_value(i);
+            if (!k || v->kind != ValueKind::tensor || trainable_names.count(std::string(*k)) || aliases.count(std::string(*k))) continue;
+            if (m0->tensors()[v->i()].numel == 0 && !buffer_names.count(std::string(*k)))
+                throw Error(ErrorKind::corrupt, m0->path(), "holds a 0-element placeholder for " + std::string(*k) + ", which no zero/ folder holds");
+            sd.set(std::string(*k), view.copy(*m0, v));
+        }
+        for (auto& [name, v] : u.params) sd.set(name, v);
+        if (shared && shared->kind == ValueKind::dict)
+            for (size_t i = 0; i < shared->dict_size(); ++i) {
+                auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
+                if (!a || !b) continue;
+                if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
+                else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
+            }
+        for (auto& [name, v] : sd.items) view.set(sd_value, name, v);
+        if (u.moments) {
+            view.set(root, "optimizer_moments", u.moments);
+            info.notes.push_back("optimizer moments (" + std::to_string(u.moment_files) + " files of zero/) listed by name under optimizer_moments");
+        }
+        info.layout = "deepspeed-universal";
+        info.writer = "DeepSpeed " + version + ", universal checkpoint (ds_to_universal.py; fp32 parameters, buffers and frozen ones from the module states" +
+                      (module_dtype.empty() ? std::string(")") : ", " + module_dtype + ")");
+        info.world_size = 1;
+        keep_entries();
+        view.finish(root, "module");
+        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
+        return std::make_unique<Checkpoint>(std::move(c));
+    }
     if (files.optim.empty()) {  // no ZeRO partitions: the module states hold the weights — unless they are placeholders
         // ZeRO-3's module states hold a 0-element placeholder for every parameter (the weights are
         // in the optimizer files), and so do the copies a universal checkpoint keeps of them: such a

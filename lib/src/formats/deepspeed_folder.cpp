@@ -31,9 +31,9 @@ DeepSpeedRankFiles deepspeed_rank_files(const std::string& dir) {
     auto tensor_parallel = [&](const std::string& name, const std::string& mp) {
         if (std::stoi(mp) != 0)
             throw Error(ErrorKind::unsupported, dir + "/" + name,
-                        "is a tensor-parallel rank (mp_rank_" + mp +
-                            "): merging tensor-parallel parts needs each layer's split dimension (Megatron's convention), "
-                            "which the files do not record");
+                        "is model-parallel rank " + mp + " (mp_rank_" + mp +
+                            "): a pipeline stage or a tensor-parallel rank (DeepSpeed numbers mp = stage × TP + tp); "
+                            "DeepSpeed's pipeline and tensor-parallel checkpoints are not read yet");
     };
     for (const std::string& n : dist::list_dir(dir)) {
         if (std::regex_match(n, m, pipe))
@@ -89,6 +89,7 @@ std::string deepspeed_tag_dir(const std::string& given, const OpenOptions& optio
     for (const std::string& n : dist::list_dir(top))
         if (dist::is_dir(top + "/" + n) && deepspeed_tag_folder(top + "/" + n)) info.tags.push_back(n);
     if (dist::is_file(top + "/latest")) info.latest = read_latest(top + "/latest");
+    else if (dist::is_file(top + "/latest_universal")) info.latest = read_latest(top + "/latest_universal");  // ds_to_universal.py's
     if (tagdir.empty()) {
         std::string list;
         for (const std::string& t : info.tags) list += (list.empty() ? "" : ", ") + t;

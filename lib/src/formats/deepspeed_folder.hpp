@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ckpt/checkpoint.hpp"
 
@@ -35,5 +37,17 @@ struct DeepSpeedRankFiles {
 
 // The rank files of a tag folder; Error for tensor- or pipeline-parallel files, or a rank twice.
 DeepSpeedRankFiles deepspeed_rank_files(const std::string& dir);
+
+// A universal checkpoint's trainable parameters (deepspeed_universal.cpp), in param_shapes' order,
+// each the tensor of TAG/zero/<name>/fp32.pt in the parameter's shape; Adam's moments (exp_avg.pt,
+// exp_avg_sq.pt) as `moments` (moment → name → tensor), null when there are none. Error naming the
+// file for a parameter without its folder, a folder of no parameter, or a tensor of another size.
+struct UniversalParams {
+    std::vector<std::pair<std::string, Value*>> params;
+    Value* moments = nullptr;
+    size_t moment_files = 0;
+};
+struct DistView;
+UniversalParams read_universal(DistView& view, const std::string& tagdir, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes);
 
 }  // namespace ckpt
