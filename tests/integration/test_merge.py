@@ -110,6 +110,7 @@ def test_deepspeed(s_):
     tied = [("head.weight", "emb.weight")]
     cases = [
         ("zero1_bf16_ws3", dict(stage=1, ws=3, module_dtype=torch.bfloat16, bf16_files=True, zero_stage_recorded=False)),
+        ("bf16_optimizer_ws3", dict(stage=1, ws=3, module_dtype=torch.bfloat16, bf16_optimizer=True)),
         ("zero2_fp16_ws4", dict(stage=2, ws=4, module_dtype=torch.float16)),
         ("zero2_fp32_ws1", dict(stage=2, ws=1)),
         ("zero3_ws3", dict(stage=3, ws=3)),
@@ -145,22 +146,23 @@ def test_deepspeed(s_):
     check_merge(s_, "zero2_padding_rank", top, exp)
 
     # --optimizer: torch's layout, per parameter index over the groups in order
-    for stage in (2, 3):
-        top = os.path.join(w, "opt%d" % stage)
-        exp, opt = make_dist.write_deepspeed(top, stage=stage, ws=3, groups=groups, frozen=frozen, buffers=buffers)
-        out = os.path.join(s_.work, "opt%d.pth" % stage)
+    for stage in (2, 3, "bf16"):  # bf16: BF16_Optimizer, its last partition saved with the padding (and its moments)
+        top = os.path.join(w, "opt%s" % stage)
+        kw = dict(stage=1, module_dtype=torch.bfloat16, bf16_optimizer=True) if stage == "bf16" else dict(stage=stage)
+        exp, opt = make_dist.write_deepspeed(top, ws=3, groups=groups, frozen=frozen, buffers=buffers, **kw)
+        out = os.path.join(s_.work, "opt%s.pth" % stage)
         merged(s_, top, out, "--optimizer")
         if os.path.exists(out):
             got = load(out, weights_only=False)  # torch 1.13's weights-only loader lacks BINFLOAT (lr)
-            s_.check(same(got["model"], exp), "optimizer %d: model differs" % stage)
+            s_.check(same(got["model"], exp), "optimizer %s: model differs" % stage)
             names = [n for grp in groups for n, _ in grp]
             for i, n in enumerate(names):
                 st = got["optimizer"]["state"][i]
                 s_.check(same(st["exp_avg"], opt[n]["exp_avg"]) and same(st["exp_avg_sq"], opt[n]["exp_avg_sq"])
-                         and same(st["step"], opt[n]["step"]), "optimizer %d: state of %s differs" % (stage, n))
+                         and same(st["step"], opt[n]["step"]), "optimizer %s: state of %s differs" % (stage, n))
             pg = got["optimizer"]["param_groups"]
             s_.check([g["params"] for g in pg] == [[0, 1, 2], [3]] and pg[1]["lr"] == 0.02,
-                     "optimizer %d: param_groups %s" % (stage, pg))
+                     "optimizer %s: param_groups %s" % (stage, pg))
             # it loads into a real optimizer over the same parameters
             model = torch.nn.Module()
             params = [torch.nn.Parameter(exp[n].clone()) for n in names]
@@ -169,7 +171,7 @@ def test_deepspeed(s_):
                 o.load_state_dict(got["optimizer"])
                 s_.check(True, "")
             except Exception as e:  # noqa: BLE001
-                s_.check(False, "optimizer %d: load_state_dict: %s" % (stage, e))
+                s_.check(False, "optimizer %s: load_state_dict: %s" % (stage, e))
             del model
 
     # --strip-prefix: the wrappers anywhere in a key, or a given prefix

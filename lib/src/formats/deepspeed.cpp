@@ -302,6 +302,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     size_t state_groups = 0;
     std::vector<GroupState> sub_scalars;  // ZeRO-3: rank 0's step … per sub-group
     std::string optimizer_note;
+    bool padding_kept = false, bf16_optimizer = false;
     for (int r = 0; r < ws; ++r) {
         const std::string& name = files.optim[r];
         std::unique_ptr<Checkpoint> part = view.open_part(name);
@@ -311,6 +312,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         if (!osd) throw Error(ErrorKind::format, part->path(), "has no optimizer_state_dict: not DeepSpeed's optimizer states");
         const Value* zs = field(osd, "zero_stage");
         int s = zs ? zero_stage(zs) : field(osd, "single_partition_of_fp32_groups") ? 1 : -1;  // BF16_Optimizer writes no stage: ZeRO-1
+        bf16_optimizer = bf16_optimizer || (!zs && s == 1);
         if (s < 0 && !zs)
             throw Error(ErrorKind::format, part->path(), "its optimizer_state_dict names no zero_stage: not DeepSpeed's optimizer states");
         if (s < 0) throw Error(ErrorKind::unsupported, part->path(), "names a ZeRO stage this reader does not know (" + repr(zs, 60) + ")");
@@ -345,6 +347,18 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
                 std::string what = "single_partition_of_fp32_groups[" + std::to_string(g) + "]";
                 if (t->kind != ValueKind::tensor) throw Error(ErrorKind::corrupt, part->path(), what + " is not a tensor");
                 dist::Run run = view.run_of(*part, t->i(), what);
+                // BF16_Optimizer saves each rank's partition whole (fp32_groups_flat_partition), the last
+                // rank's with the group's padding at its end; ZeRO-1/2 save it without. Told apart by
+                // the count: the parts then add up to the parameters plus that padding, exactly.
+                if (r == ws - 1 && g < pads.size() && pads[g] > 0 && g < shapes.size()) {
+                    uint64_t params = 0, before = 0, pad = static_cast<uint64_t>(pads[g]);
+                    for (const auto& p : shapes[g]) params += dist::numel(p.second);
+                    for (int q = 0; q < r; ++q) before += part_len[q][g];
+                    if (pad <= run.count && before + run.count == params + pad) {
+                        run.count -= pad;
+                        padding_kept = true;
+                    }
+                }
                 masters[g].add(run);
                 part_len.back().push_back(run.count);
                 const Value* gstate = nullptr;
@@ -394,9 +408,11 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     }
     info.layout = "deepspeed-zero" + std::to_string(stage);
     std::string master_dtype = masters.empty() || masters.front().runs.empty() ? "float32" : std::string(dtype_name(masters.front().runs.front().dtype));
-    info.writer = "DeepSpeed " + version + ", ZeRO-" + std::to_string(stage) + " (" + (prefix == "bf16_" ? "bf16 optimizer, " : "") +
+    info.writer = "DeepSpeed " + version + (bf16_optimizer ? ", BF16_Optimizer (ZeRO-1 partitions, " : ", ZeRO-" + std::to_string(stage) + " (") +
+                  (prefix == "bf16_" && !bf16_optimizer ? "bf16 optimizer, " : "") +
                   (module_dtype.empty() ? std::string() : "module " + module_dtype + ", ") + master_dtype + " masters)";
     if (stage != 3) info.module_states = model0;
+    if (padding_kept) info.notes.push_back("the last rank's fp32 partition holds the alignment padding (BF16_Optimizer saves it whole): dropped");
 
     // Buffers first, as zero_to_fp32 puts them, cast as it casts them (`.float()`).
     for (size_t i = 0; i < module->dict_size(); ++i) {
