@@ -153,6 +153,15 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     info.dir = tagdir;
     DistView view(*c, options);
 
+    if (deepspeed_pipeline_folder(tagdir)) {
+        Value* root = view.dict();
+        Value* sd = view.dict(true);
+        view.set(root, "module", sd);
+        read_deepspeed_pipeline(view, tagdir, root, sd);
+        view.finish(root, "module");
+        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
+        return std::make_unique<Checkpoint>(std::move(c));
+    }
     DeepSpeedRankFiles files = deepspeed_rank_files(tagdir);
     if (files.optim_prefixes.size() > 1)
         throw Error(ErrorKind::corrupt, tagdir, "mixes bf16_zero_pp_rank_* and zero_pp_rank_* optimizer files: two runs wrote here");

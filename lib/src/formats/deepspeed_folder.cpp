@@ -59,12 +59,12 @@ DeepSpeedRankFiles deepspeed_rank_files(const std::string& dir) {
 
 bool deepspeed_tag_folder(const std::string& dir) {
     for (const std::string& n : dist::list_dir(dir))
-        if (text::ends_with(n, "_model_states.pt") || text::ends_with(n, "_optim_states.pt")) return true;
+        if (text::ends_with(n, "_model_states.pt") || text::ends_with(n, "_optim_states.pt") || text::ends_with(n, "-model_states.pt")) return true;
     return false;
 }
 
 bool deepspeed_rank_name(const std::string& base) {
-    static const std::regex rank(R"((bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(optim|model)_states\.pt|mp_rank_\d+_model_states\.pt)");
+    static const std::regex rank(R"((bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(optim|model)_states\.pt|mp_rank_\d+_model_states\.pt|layer_\d+-model(_\d+-model)?_states\.pt)");
     return std::regex_match(base, rank);
 }
 

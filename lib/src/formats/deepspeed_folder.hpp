@@ -48,6 +48,11 @@ struct UniversalParams {
     size_t moment_files = 0;
 };
 struct DistView;
+// Pipeline checkpoints (deepspeed_pipeline.cpp): a tag folder with layer_NN-model_states.pt files,
+// read into `sd` as `<NN>.<name>` (and the rest of stage 0's module states into `root`), checked
+// against every stage's param_shapes; a model (tensor-parallel) axis is refused.
+bool deepspeed_pipeline_folder(const std::string& dir);
+void read_deepspeed_pipeline(DistView& view, const std::string& tagdir, Value* root, Value* sd);
 UniversalParams read_universal(DistView& view, const std::string& tagdir, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes);
 
 }  // namespace ckpt

@@ -1,6 +1,12 @@
 #!/usr/bin/python3
-"""DeepSpeed universal checkpoints (ds_to_universal.py): zero/<name>/fp32.pt per trainable parameter,
-the rest from the copied model-states files.
+"""DeepSpeed's universal checkpoints (ds_to_universal.py: zero/<name>/fp32.pt per trainable parameter,
+the rest from the copied model-states files) and pipeline checkpoints (layer_NN-model_states.pt per
+layer, mp_rank_SS per stage).
+
+The real pipeline folder of ../shared/corpus/dist/real2/ds_pp2_r2 (DeepSpeed 0.16.5, 2 stages, a
+function layer without a file, a frozen block, buffers, a tied head without a file) is merged and
+compared with the live layers; copies of it with a layer file, a stage's module states or an
+optimizer file missing, or a tensor-parallel layer file, are exit 2 naming the file.
 
 The real one of ../shared/corpus/dist/real2/ds_universal_zero2_r2 (DeepSpeed 0.16.5, from a ZeRO-2 run
 with a frozen layer, a buffer and a tied head) is merged and compared with the live model gathered
@@ -9,7 +15,7 @@ parameter's file missing, a folder of no parameter, or a tensor of another size 
 the file, nothing written. Skipped when ../shared is not here (nothing of it is copied into the
 project: the bad cases are made in the work folder).
 
-Usage: test_universal.py --tool PATH --work DIR
+Usage: test_deepspeed_layouts.py --tool PATH --work DIR
 """
 import hashlib
 import json
@@ -26,6 +32,7 @@ from test_merge import bad_folder, load, merged, run  # noqa: E402
 from test_repair import schema_problems, suite_main  # noqa: E402
 
 CASE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "ds_universal_zero2_r2")
+PIPE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "ds_pp2_r2")
 
 
 def sha(t):
@@ -105,14 +112,57 @@ def test_bad(s_):
     bad_folder(s_, "an fp32.pt cut short", w, "zero/l1.weight/fp32.pt")
 
 
+def test_pipeline(s_):
+    truth = json.load(open(os.path.join(PIPE, "truth.json")))["cases"]["ds_pp2_r2"]
+    folder = os.path.join(PIPE, "ckpt")
+    out = os.path.join(s_.work, "pipeline.pth")
+    merged(s_, folder, out)
+    if os.path.exists(out):
+        got = load(out)
+        want = truth["keys"]
+        wrong = [k for k, v in want.items() if k not in got or sha(got[k]) != v["sha256"] or list(got[k].shape) != v["shape"]
+                 or str(got[k].dtype) != "torch." + v["dtype"]]
+        s_.check(not wrong and set(got) == set(want), "pipeline: %d tensors differ from the live layers (%s), keys %s" %
+                 (len(wrong), wrong[:3], sorted(set(got) ^ set(want))))
+    r = run(s_, "inspect", folder, "--json")
+    s_.check(r.returncode == 0 and json.loads(r.stdout)["distributed"]["layout"] == "deepspeed-pipeline" and not schema_problems(json.loads(r.stdout)),
+             "pipeline: inspect: %s" % (r.stderr or r.stdout[:200]))
+    for argv in (["verify", folder], ["verify", folder, out], ["diff-keys", folder, out], ["scan", folder]):
+        r = run(s_, *argv)
+        s_.check(r.returncode == 0, "pipeline %s: exit %d %s%s" % (argv[0], r.returncode, r.stdout[-300:], r.stderr))
+    one = os.path.join(s_.work, "pipeline_one.pth")
+    r = merged(s_, os.path.join(folder, "global_step3", "layer_04-model_states.pt"), one)
+    s_.check("one rank's file" in r.stdout, "pipeline: merge of one layer file does not merge the folder: %s" % r.stdout)
+    w = os.path.join(s_.work, "bad_pipeline")
+
+    def fresh():
+        shutil.rmtree(w, ignore_errors=True)
+        shutil.copytree(folder, w)
+        return os.path.join(w, "global_step3")
+
+    t = fresh()
+    os.remove(os.path.join(t, "layer_04-model_states.pt"))
+    bad_folder(s_, "a layer file missing", w, "4.lin.weight")
+    t = fresh()
+    os.remove(os.path.join(t, "mp_rank_01_model_states.pt"))
+    bad_folder(s_, "the last stage's module states missing", w, "mp_world_size 2")
+    t = fresh()
+    os.remove(os.path.join(t, "zero_pp_rank_0_mp_rank_01_optim_states.pt"))
+    bad_folder(s_, "an optimizer file missing", w, "zero_pp_rank_0_mp_rank_01_optim_states.pt")
+    t = fresh()
+    os.rename(os.path.join(t, "layer_06-model_states.pt"), os.path.join(t, "layer_06-model_00-model_states.pt"))
+    bad_folder(s_, "a tensor-parallel layer file", w, "layer_06-model_00-model_states.pt")
+
+
 def main():
     def body(s_, _args):
-        if not os.path.isdir(CASE):
-            print("shared corpus: skipped (%s is not here)" % CASE)
+        if not os.path.isdir(CASE) or not os.path.isdir(PIPE):
+            print("shared corpus: skipped (%s is not here)" % os.path.dirname(CASE))
             return
         test_real(s_)
         test_latest_universal(s_)
         test_bad(s_)
+        test_pipeline(s_)
     return suite_main(body)
 
 
