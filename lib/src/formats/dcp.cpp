@@ -48,12 +48,6 @@ std::optional<DType> properties_dtype(const Value* props) {
     return std::nullopt;
 }
 
-// One run of a chunk: `count` elements that land at `dest` of the full tensor, from `src` of the chunk.
-struct Landing {
-    uint64_t dest, src, count;
-    size_t chunk;
-};
-
 }  // namespace
 
 DcpFolder read_dcp(DistView& view, const std::string& dir) {
@@ -154,20 +148,11 @@ DcpFolder read_dcp(DistView& view, const std::string& dir) {
         if (!shape) throw bad(fqn + ": no size");
         if (!chunks || chunks->kind != ValueKind::list) throw bad(fqn + ": no chunks");
         const std::vector<int64_t>& S = *shape;
-        uint64_t numel = dist::numel(S), esz = dtype_size(*dtype);
-        std::vector<uint64_t> stride(S.size(), 1);
-        for (size_t d = S.size(); d-- > 1;) stride[d - 1] = stride[d] * static_cast<uint64_t>(S[d]);
-        std::vector<Landing> land;
-        std::vector<dist::Run> chunk_runs;
+        std::vector<dist::Chunk> placed;
         for (size_t k = 0; k < chunks->items().size(); ++k) {
             const Value* ch = chunks->items()[k];
             auto O = dist::ints_of(field(ch, "offsets")), Z = dist::ints_of(field(ch, "sizes"));
             if (!O || !Z || O->size() != S.size() || Z->size() != S.size()) throw bad(fqn + ": chunk " + std::to_string(k) + " has no offsets and sizes of its rank");
-            for (size_t d = 0; d < S.size(); ++d)
-                if ((*O)[d] < 0 || (*Z)[d] < 0 || (*O)[d] + (*Z)[d] > S[d])
-                    throw bad(fqn + ": chunk " + std::to_string(k) + " at " + ints_text(*O) + " of size " + ints_text(*Z) +
-                              " runs past the tensor's " + ints_text(S));
-            uint64_t cn = dist::numel(*Z);
             auto it = where.find({fqn, *O});
             if (it == where.end()) throw bad(fqn + ": chunk " + std::to_string(k) + " at " + ints_text(*O) + " is stored nowhere (storage_data)");
             const Stored& st = it->second;
@@ -179,46 +164,10 @@ DcpFolder read_dcp(DistView& view, const std::string& dir) {
                 throw Error(ErrorKind::corrupt, dir + "/" + st.file,
                             "chunk of " + fqn + " at byte " + std::to_string(st.offset) + " is " + std::string(dtype_name(ti.dtype)) + " " +
                                 ints_text(ti.shape) + ", .metadata says " + std::string(dtype_name(*dtype)) + " " + ints_text(*Z));
-            chunk_runs.push_back(view.run_of(*part, t->i(), fqn + " chunk " + std::to_string(k)));
+            placed.push_back({*O, *Z, view.run_of(*part, t->i(), fqn + " chunk " + std::to_string(k))});
             view.forget(*part);
-            if (cn == 0) continue;
-            // The chunk's runs in the full tensor. Past the last dimension it spans only in part (d0 - 1)
-            // it spans every dimension whole, so each index of the dimensions before that starts one run
-            // of Z[d0 - 1] × (the trailing dimensions' elements); a chunk spanning every dimension is one run.
-            size_t d0 = S.size();
-            while (d0 > 0 && (*Z)[d0 - 1] == S[d0 - 1]) --d0;
-            if (d0 == 0) {
-                land.push_back({0, 0, numel, k});
-                continue;
-            }
-            size_t part_dim = d0 - 1;
-            uint64_t length = static_cast<uint64_t>((*Z)[part_dim]) * stride[part_dim], runs = 1;
-            for (size_t d = 0; d < part_dim; ++d) runs *= static_cast<uint64_t>((*Z)[d]);
-            std::vector<int64_t> idx(part_dim, 0);
-            for (uint64_t r = 0, src = 0; r < runs; ++r, src += length) {
-                uint64_t dest = static_cast<uint64_t>((*O)[part_dim]) * stride[part_dim];
-                for (size_t d = 0; d < part_dim; ++d) dest += static_cast<uint64_t>((*O)[d] + idx[d]) * stride[d];
-                land.push_back({dest, src, length, k});
-                for (size_t d = part_dim; d-- > 0;) {
-                    if (++idx[d] < (*Z)[d]) break;
-                    idx[d] = 0;
-                }
-            }
         }
-        std::sort(land.begin(), land.end(), [](const Landing& a, const Landing& b) { return a.dest < b.dest; });
-        std::vector<RecordPiece> pieces;
-        uint64_t at = 0;
-        for (const Landing& l : land) {
-            if (l.dest < at) throw bad(fqn + ": element " + std::to_string(l.dest) + " is in two chunks (they overlap)");
-            if (l.dest > at) throw bad(fqn + ": elements " + std::to_string(at) + ".." + std::to_string(l.dest) + " are in no chunk");
-            const dist::Run& r = chunk_runs[l.chunk];
-            if (!pieces.empty() && pieces.back().file == r.file && pieces.back().offset + pieces.back().length == r.offset + l.src * esz)
-                pieces.back().length += l.count * esz;  // runs that follow each other in the file: one piece
-            else
-                pieces.push_back({r.file, r.offset + l.src * esz, l.count * esz, DType::untyped, DType::untyped});
-            at += l.count;
-        }
-        if (at != numel) throw bad(fqn + ": elements " + std::to_string(at) + ".." + std::to_string(numel) + " are in no chunk");
+        std::vector<RecordPiece> pieces = dist::tile_chunks(S, dtype_size(*dtype), placed, dir + "/.metadata", fqn);
         out.items.push_back({fqn, nullptr, *dtype, S, std::move(pieces)});
     }
     for (const auto& [rel, f] : files) info.files.push_back(rel);

@@ -358,6 +358,75 @@ DistFileHint dist_file_hint(const Checkpoint& c) {
     return {};
 }
 
+namespace dist {
+
+namespace {
+// One run of a chunk: `count` elements that land at `dest` of the full tensor, from `src` of the chunk.
+struct Landing {
+    uint64_t dest, src, count;
+    size_t chunk;
+};
+}  // namespace
+
+std::vector<RecordPiece> tile_chunks(const std::vector<int64_t>& S, uint64_t esz, const std::vector<Chunk>& chunks, const std::string& where,
+                                     const std::string& what) {
+    auto bad = [&](const std::string& why) { return Error(ErrorKind::corrupt, where, what + ": " + why); };
+    uint64_t numel = dist::numel(S);
+    std::vector<uint64_t> stride(S.size(), 1);
+    for (size_t d = S.size(); d-- > 1;) stride[d - 1] = stride[d] * static_cast<uint64_t>(S[d]);
+    std::vector<Landing> land;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+        const std::vector<int64_t>&O = chunks[k].offsets, &Z = chunks[k].sizes;
+        if (O.size() != S.size() || Z.size() != S.size()) throw bad("chunk " + std::to_string(k) + " has no offsets and sizes of its rank");
+        for (size_t d = 0; d < S.size(); ++d)
+            if (O[d] < 0 || Z[d] < 0 || O[d] + Z[d] > S[d])
+                throw bad("chunk " + std::to_string(k) + " at " + shape_text(O) + " of size " + shape_text(Z) + " runs past the tensor's " + shape_text(S));
+        if (chunks[k].run.count != dist::numel(Z))
+            throw bad("chunk " + std::to_string(k) + " holds " + std::to_string(chunks[k].run.count) + " elements, its size " + shape_text(Z) + " needs " +
+                      std::to_string(dist::numel(Z)));
+        if (dist::numel(Z) == 0) continue;
+        // The chunk's runs in the full tensor. Past the last dimension it spans only in part (d0 - 1)
+        // it spans every dimension whole, so each index of the dimensions before that starts one run
+        // of Z[d0 - 1] × (the trailing dimensions' elements); a chunk spanning every dimension is one run.
+        size_t d0 = S.size();
+        while (d0 > 0 && Z[d0 - 1] == S[d0 - 1]) --d0;
+        if (d0 == 0) {
+            land.push_back({0, 0, numel, k});
+            continue;
+        }
+        size_t part_dim = d0 - 1;
+        uint64_t length = static_cast<uint64_t>(Z[part_dim]) * stride[part_dim], runs = 1;
+        for (size_t d = 0; d < part_dim; ++d) runs *= static_cast<uint64_t>(Z[d]);
+        std::vector<int64_t> idx(part_dim, 0);
+        for (uint64_t r = 0, src = 0; r < runs; ++r, src += length) {
+            uint64_t dest = static_cast<uint64_t>(O[part_dim]) * stride[part_dim];
+            for (size_t d = 0; d < part_dim; ++d) dest += static_cast<uint64_t>(O[d] + idx[d]) * stride[d];
+            land.push_back({dest, src, length, k});
+            for (size_t d = part_dim; d-- > 0;) {
+                if (++idx[d] < Z[d]) break;
+                idx[d] = 0;
+            }
+        }
+    }
+    std::sort(land.begin(), land.end(), [](const Landing& a, const Landing& b) { return a.dest < b.dest; });
+    std::vector<RecordPiece> pieces;
+    uint64_t at = 0;
+    for (const Landing& l : land) {
+        if (l.dest < at) throw bad("element " + std::to_string(l.dest) + " is in two chunks (they overlap)");
+        if (l.dest > at) throw bad("elements " + std::to_string(at) + ".." + std::to_string(l.dest) + " are in no chunk");
+        const Run& r = chunks[l.chunk].run;
+        if (!pieces.empty() && pieces.back().file == r.file && pieces.back().offset + pieces.back().length == r.offset + l.src * esz)
+            pieces.back().length += l.count * esz;  // runs that follow each other in the file: one piece
+        else
+            pieces.push_back({r.file, r.offset + l.src * esz, l.count * esz, DType::untyped, DType::untyped});
+        at += l.count;
+    }
+    if (at != numel) throw bad("elements " + std::to_string(at) + ".." + std::to_string(numel) + " are in no chunk");
+    return pieces;
+}
+
+}  // namespace dist
+
 std::string sharded_folder_of(const std::string& path, std::string* what) {
     if (std::string d = deepspeed_folder_of(path); !d.empty()) {
         if (what) *what = "DeepSpeed ZeRO checkpoint";

@@ -68,6 +68,17 @@ struct Run {
     DType dtype = DType::float32;
 };
 
+// A block of a tensor (its offsets and sizes per dimension) stored as one contiguous run.
+struct Chunk {
+    std::vector<int64_t> offsets, sizes;
+    Run run;
+};
+// The pieces that read a tensor of `shape` (elements of `esz` bytes) in order from its chunks: each
+// cut into the runs that are contiguous in the full tensor, which must tile it exactly. Error(corrupt)
+// naming `where` for a chunk past the tensor, an overlap or a gap (`what` names the tensor).
+std::vector<RecordPiece> tile_chunks(const std::vector<int64_t>& shape, uint64_t esz, const std::vector<Chunk>& chunks, const std::string& where,
+                                     const std::string& what);
+
 // A flat vector made of runs in order (a ZeRO group's partitions over the ranks, one rank's groups).
 struct Flat {
     std::vector<Run> runs;
