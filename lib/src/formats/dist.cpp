@@ -436,6 +436,10 @@ std::string sharded_folder_of(const std::string& path, std::string* what) {
         if (what) *what = "Megatron-LM save";
         return d;
     }
+    if (std::string d = dtensor_folder_of(path); !d.empty()) {
+        if (what) *what = "set of per-rank DTensor state dicts";
+        return d;
+    }
     return "";
 }
 
@@ -444,6 +448,7 @@ DistTarget dist_target(const std::string& path) {
     if (DistTarget m = megatron_target(path); m.kind != DistKind::none) return m;  // before DCP: torch_dist is DCP inside
     if (dist::is_dir(path)) {
         if (dist::is_file(path + "/.metadata")) return {DistKind::dcp, path};
+        if (dtensor_folder(path)) return {DistKind::dtensor, path};
         if (deepspeed_tag_folder(path)) return {DistKind::deepspeed, path};
         if (dist::is_file(path + "/latest")) return {DistKind::deepspeed, path};
         for (const std::string& n : dist::list_dir(path))
@@ -462,6 +467,7 @@ std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const 
         case DistKind::dcp: return open_dcp(t.dir, options);
         case DistKind::megatron: return open_megatron(t.dir, options);
         case DistKind::nemo: return open_nemo(t.dir, options);
+        case DistKind::dtensor: return open_dtensor_files(t.dir, options);
         case DistKind::none: break;
     }
     return nullptr;

@@ -17,7 +17,7 @@
 
 namespace ckpt {
 
-enum class DistKind { none, deepspeed, dcp, megatron, nemo };
+enum class DistKind { none, deepspeed, dcp, megatron, nemo, dtensor };
 struct DistTarget {
     DistKind kind = DistKind::none;
     std::string dir;  // DeepSpeed: the top folder or a tag folder; dcp: the folder of .metadata;
@@ -169,6 +169,11 @@ std::string sharded_folder_of(const std::string& path, std::string* what = nullp
 DistTarget megatron_target(const std::string& path);
 std::string megatron_folder_of(const std::string& path);  // model_optim_rng.pt of mp_rank_* beside others: the iteration folder
 std::unique_ptr<Checkpoint> open_megatron(const std::string& dir, const OpenOptions& options);  // megatron.cpp
+// Per-rank DTensor state dicts (model_world_size_W_rank_R.pt, dtensor.cpp): the folder, one rank's
+// file's folder ("" when not one), opened.
+bool dtensor_folder(const std::string& dir);
+std::string dtensor_folder_of(const std::string& path);
+std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const OpenOptions& options);
 // NeMo: a .nemo file (a tar) or the folder one was extracted to (nemo.cpp).
 bool nemo_input(const std::string& path);
 std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions& options);
