@@ -17,7 +17,6 @@ project: the bad cases are made in the work folder).
 
 Usage: test_deepspeed_layouts.py --tool PATH --work DIR
 """
-import hashlib
 import json
 import os
 import shutil
@@ -28,15 +27,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from test_merge import bad_folder, load, merged, run  # noqa: E402
+from test_merge import bad_folder, load, merged, run, truth_mismatches  # noqa: E402
 from test_repair import schema_problems, suite_main  # noqa: E402
 
 CASE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "ds_universal_zero2_r2")
 PIPE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "ds_pp2_r2")
-
-
-def sha(t):
-    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
 
 
 def test_real(s_):
@@ -57,8 +52,7 @@ def test_real(s_):
         # (and ../real/truth.json's ds_zero2_r2 keys, this checkpoint's source) has as emb.weight.
         want = {k: v for k, v in truth["keys_complete"].items() if k != "scratch"}
         want["head.weight"] = want["emb.weight"]
-        wrong = [k for k, v in want.items() if k not in got or sha(got[k]) != v["sha256"] or list(got[k].shape) != v["shape"]
-                 or str(got[k].dtype) != "torch." + v["dtype"]]
+        wrong = truth_mismatches(got, want)
         s_.check(not wrong and set(got) == set(want), "%s: %d tensors differ from the live model (%s), keys %s" %
                  (ext, len(wrong), wrong[:3], sorted(set(got) ^ set(want))))
         if ext == ".pth" and "head.weight" in got:
@@ -120,8 +114,7 @@ def test_pipeline(s_):
     if os.path.exists(out):
         got = load(out)
         want = truth["keys"]
-        wrong = [k for k, v in want.items() if k not in got or sha(got[k]) != v["sha256"] or list(got[k].shape) != v["shape"]
-                 or str(got[k].dtype) != "torch." + v["dtype"]]
+        wrong = truth_mismatches(got, want)
         s_.check(not wrong and set(got) == set(want), "pipeline: %d tensors differ from the live layers (%s), keys %s" %
                  (len(wrong), wrong[:3], sorted(set(got) ^ set(want))))
     r = run(s_, "inspect", folder, "--json")

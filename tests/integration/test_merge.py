@@ -50,6 +50,14 @@ def load(path, weights_only=True):
     return torch.load(path, weights_only=weights_only)
 
 
+def truth_mismatches(got, want):
+    """The keys of a truth.json `keys` table (dtype, shape, sha256 of the contiguous bytes) that `got`
+    lacks or holds otherwise."""
+    import hashlib
+    return [k for k, v in want.items() if k not in got or list(got[k].shape) != v["shape"] or str(got[k].dtype) != "torch." + v["dtype"]
+            or hashlib.sha256(got[k].contiguous().numpy().tobytes()).hexdigest() != v["sha256"]]
+
+
 def merged(s_, folder, out, *extra):
     if os.path.exists(out):
         os.remove(out)

@@ -114,6 +114,17 @@ struct Ordered {
     }
 };
 
+// shared_params (alias → the name it is tied to): each alias the same value as its name, or a note.
+void tie_shared(const Value* shared, Ordered& sd, DistInfo& info) {
+    if (!shared || shared->kind != ValueKind::dict) return;
+    for (size_t i = 0; i < shared->dict_size(); ++i) {
+        auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
+        if (!a || !b) continue;
+        if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
+        else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
+    }
+}
+
 // The torch optimizer state of one partition (this rank's part of each group): for every state key
 // a 1-D tensor as long as the part (or its padded length: the first `lengths[g]` elements count).
 void take_state(DistView& view, const Checkpoint& part, const Value* state, size_t g, uint64_t length, bool rank0,
@@ -237,13 +248,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
             sd.set(std::string(*k), view.copy(*m0, v));
         }
         for (auto& [name, v] : u.params) sd.set(name, v);
-        if (shared && shared->kind == ValueKind::dict)
-            for (size_t i = 0; i < shared->dict_size(); ++i) {
-                auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
-                if (!a || !b) continue;
-                if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
-                else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
-            }
+        tie_shared(shared, sd, info);
         for (auto& [name, v] : sd.items) view.set(sd_value, name, v);
         if (u.moments) {
             view.set(root, "optimizer_moments", u.moments);
@@ -575,13 +580,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     }
 
     // Tied names: the same tensor as the one they are tied to (only rank 0's module states list them).
-    if (const Value* shared = field(root0, "shared_params"); shared && shared->kind == ValueKind::dict)
-        for (size_t i = 0; i < shared->dict_size(); ++i) {
-            auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
-            if (!a || !b) continue;
-            if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
-            else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
-        }
+    tie_shared(field(root0, "shared_params"), sd, info);
     for (auto& [name, v] : sd.items) view.set(sd_value, name, v);
 
     // The optimizer state in torch's layout: state per parameter index, param_groups naming them.
