@@ -22,12 +22,10 @@ import os
 import shutil
 import sys
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from test_merge import bad_folder, load, merged, run, truth_mismatches  # noqa: E402
+from test_merge import bad_folder, load, merged, merged_both, run, truth_mismatches  # noqa: E402
 from test_repair import schema_problems, suite_main  # noqa: E402
 
 CASE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "ds_universal_zero2_r2")
@@ -37,16 +35,7 @@ PIPE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", 
 def test_real(s_):
     truth = json.load(open(os.path.join(CASE, "truth.json")))["cases"]["ds_universal_zero2_r2"]
     folder = os.path.join(CASE, "universal")
-    for ext in (".pth", ".safetensors"):
-        out = os.path.join(s_.work, "universal" + ext)
-        merged(s_, folder, out)
-        if ext == ".safetensors":
-            r = run(s_, "convert", out, "-o", out + ".pth")
-            s_.check(r.returncode == 0, "convert back: %s" % r.stderr)
-            out += ".pth"
-        if not os.path.exists(out):
-            continue
-        got = load(out)
+    for ext, got in merged_both(s_, folder, "universal"):
         # keys_complete is the live module's tensors, not its state dict: it has the non-persistent
         # buffer `scratch` (no file holds it) and not the tied alias head.weight, which the state dict
         # (and ../real/truth.json's ds_zero2_r2 keys, this checkpoint's source) has as emb.weight.

@@ -15,12 +15,10 @@ import os
 import shutil
 import sys
 
-import torch  # noqa: F401  (the loads below)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from test_merge import bad_folder, load, merged, run, truth_mismatches  # noqa: E402
+from test_merge import bad_folder, merged, merged_both, run, truth_mismatches  # noqa: E402
 from test_repair import schema_problems, suite_main  # noqa: E402
 
 CASE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", "dtensor_fsdp2_r2")
@@ -29,16 +27,7 @@ CASE = os.path.join(os.path.dirname(ROOT), "shared", "corpus", "dist", "real2", 
 def test_real(s_):
     truth = json.load(open(os.path.join(CASE, "truth.json")))["cases"]["dtensor_fsdp2_r2"]
     folder = os.path.join(CASE, "ckpt")
-    for ext in (".pth", ".safetensors"):
-        out = os.path.join(s_.work, "dtensor" + ext)
-        merged(s_, folder, out)
-        if ext == ".safetensors":
-            r = run(s_, "convert", out, "-o", out + ".pth")
-            s_.check(r.returncode == 0, "convert back: %s" % r.stderr)
-            out += ".pth"
-        if not os.path.exists(out):
-            continue
-        got = load(out)
+    for ext, got in merged_both(s_, folder, "dtensor"):
         want = truth["keys"]
         wrong = truth_mismatches(got, want)
         s_.check(not wrong and set(got) == set(want), "%s: %d tensors differ from full_tensor() (%s), keys %s" %

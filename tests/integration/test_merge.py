@@ -58,6 +58,22 @@ def truth_mismatches(got, want):
             or hashlib.sha256(got[k].contiguous().numpy().tobytes()).hexdigest() != v["sha256"]]
 
 
+def merged_both(s_, folder, name):
+    """`folder` merged to NAME.pth and to NAME.safetensors (converted back to .pth to load with torch
+    1.13): [(".pth", state dict), (".safetensors", state dict)] for those that worked."""
+    out = []
+    for ext in (".pth", ".safetensors"):
+        path = os.path.join(s_.work, name + ext)
+        merged(s_, folder, path)
+        if ext == ".safetensors":
+            r = run(s_, "convert", path, "-o", path + ".pth")
+            s_.check(r.returncode == 0, "%s: convert back: %s" % (name, r.stderr))
+            path += ".pth"
+        if os.path.exists(path):
+            out.append((ext, load(path)))
+    return out
+
+
 def merged(s_, folder, out, *extra):
     if os.path.exists(out):
         os.remove(out)
