@@ -449,6 +449,7 @@ DistTarget dist_target(const std::string& path) {
     if (dist::is_dir(path)) {
         if (dist::is_file(path + "/.metadata")) return {DistKind::dcp, path};
         if (dtensor_folder(path)) return {DistKind::dtensor, path};
+        if (dcp_hf_folder(path)) return {DistKind::dcp_hf, path};
         if (deepspeed_tag_folder(path)) return {DistKind::deepspeed, path};
         if (dist::is_file(path + "/latest")) return {DistKind::deepspeed, path};
         for (const std::string& n : dist::list_dir(path))
@@ -468,6 +469,7 @@ std::unique_ptr<Checkpoint> try_open_distributed(const std::string& path, const 
         case DistKind::megatron: return open_megatron(t.dir, options);
         case DistKind::nemo: return open_nemo(t.dir, options);
         case DistKind::dtensor: return open_dtensor_files(t.dir, options);
+        case DistKind::dcp_hf: return open_dcp_hf(t.dir, options);
         case DistKind::none: break;
     }
     return nullptr;

@@ -17,7 +17,7 @@
 
 namespace ckpt {
 
-enum class DistKind { none, deepspeed, dcp, megatron, nemo, dtensor };
+enum class DistKind { none, deepspeed, dcp, megatron, nemo, dtensor, dcp_hf };
 struct DistTarget {
     DistKind kind = DistKind::none;
     std::string dir;  // DeepSpeed: the top folder or a tag folder; dcp: the folder of .metadata;
@@ -174,6 +174,9 @@ std::unique_ptr<Checkpoint> open_megatron(const std::string& dir, const OpenOpti
 bool dtensor_folder(const std::string& dir);
 std::string dtensor_folder_of(const std::string& path);
 std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const OpenOptions& options);
+// DCP in Hugging Face's storage (shard-RRRRR-model-IIIII-of-NNNNN.safetensors, dcp_hf.cpp).
+bool dcp_hf_folder(const std::string& dir);
+std::unique_ptr<Checkpoint> open_dcp_hf(const std::string& dir, const OpenOptions& options);
 // NeMo: a .nemo file (a tar) or the folder one was extracted to (nemo.cpp).
 bool nemo_input(const std::string& path);
 std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions& options);
