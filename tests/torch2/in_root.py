@@ -59,7 +59,60 @@ def write(d):
     dcp.save({"model": m.state_dict(), "step": 5}, checkpoint_id=os.path.join(d, "dcp"))
     cases["dcp"] = True
     write_exotic(d, save)
+    write_dtensor(d)
+    cases["dtensor_fsdp2"] = cases["dtensor_tp"] = True
     print(json.dumps({"torch": torch.__version__, "written": sorted(cases)}))
+
+
+class Mixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 7)
+        self.b = nn.Linear(7, 3, bias=False)
+        self.c = nn.Linear(3, 6).to(torch.bfloat16)
+        self.register_buffer("steps", torch.arange(4, dtype=torch.int64))
+
+
+def dtensor_rank(rank, ws, out, kind):
+    """One rank of a run on CPU with gloo: FSDP2 fully_shard on a 1-D mesh (fsdp2), or tensor
+    parallelism on a 2 × 2 (dp, tp) mesh (tp: a colwise and a rowwise linear, their DTensors
+    Replicate on dp); torch.save(model.state_dict()) per rank under verl's names, and rank 0 saves
+    every entry's full_tensor() as expected.pt."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533" if kind == "fsdp2" else "29534", USE_LIBUV="0")
+    dist.init_process_group("gloo", rank=rank, world_size=ws)
+    torch.manual_seed(0)
+    m = Mixed()
+    if kind == "fsdp2":
+        from torch.distributed._composable.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (ws,), mesh_dim_names=("dp",))
+        fully_shard(m.a, mesh=mesh)
+        fully_shard(m.c, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+    else:
+        mesh = init_device_mesh("cpu", (2, ws // 2), mesh_dim_names=("dp", "tp"))
+        from torch.distributed.tensor import distribute_tensor, Replicate, Shard
+        for name, mod, dim in (("a", m.a, 0), ("b", m.b, 1)):
+            for pn, p in list(mod.named_parameters()):
+                d = dim if p.dim() > 1 or dim == 0 else None
+                placements = [Replicate(), Shard(d) if d is not None else Replicate()]
+                setattr(mod, pn, nn.Parameter(distribute_tensor(p.detach(), mesh, placements)))
+    sd = m.state_dict()
+    torch.save(sd, os.path.join(out, "model_world_size_%d_rank_%d.pt" % (ws, rank)))
+    full = {k: (v.full_tensor().contiguous() if hasattr(v, "full_tensor") else v) for k, v in sd.items()}  # gloo gathers uneven Shard(1) into a padded view
+    if rank == 0:
+        torch.save(full, os.path.join(out, "..", os.path.basename(out) + ".expected.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def write_dtensor(d):
+    import torch.multiprocessing as mp
+    for kind, ws in (("fsdp2", 3), ("tp", 4)):
+        out = os.path.join(d, "dtensor_" + kind)
+        os.makedirs(out, exist_ok=True)
+        mp.spawn(dtensor_rank, args=(ws, out, kind), nprocs=ws)
 
 
 class WithConstant(nn.Module):

@@ -67,6 +67,12 @@ def main():
     checks.append({"output": "train_ddp.conv.pt", "input": "train_ddp.pt", "expect": "same"})
     tool_run("merge", os.path.join(d, "dcp"), "-o", os.path.join(d, "dcp.merged.pt"))
     checks.append({"output": "dcp.merged.pt", "input": "dcp", "expect": "dcp"})
+    # per-rank DTensor state dicts of real runs (FSDP2 on 3 ranks; tensor parallelism on a 2 × 2 mesh,
+    # Shard(1) blocks saved as strided views): merged as full_tensor() gives them, every dtype kept
+    for kind in ("fsdp2", "tp"):
+        tool_run("verify", os.path.join(d, "dtensor_" + kind))
+        tool_run("merge", os.path.join(d, "dtensor_" + kind), "-o", os.path.join(d, "dtensor_%s.merged.pt" % kind))
+        checks.append({"output": "dtensor_%s.merged.pt" % kind, "input": "dtensor_%s.expected.pt" % kind, "expect": "same"})
 
     # Tensors that are not one plain view of a storage, and a torch.export archive: read as torch 2.6
     # reads them (the torch2 corpus's rule), the weights_only answer torch 2.6's, kept by the writers.

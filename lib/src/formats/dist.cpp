@@ -414,11 +414,31 @@ std::vector<RecordPiece> tile_chunks(const std::vector<int64_t>& S, uint64_t esz
     for (const Landing& l : land) {
         if (l.dest < at) throw bad("element " + std::to_string(l.dest) + " is in two chunks (they overlap)");
         if (l.dest > at) throw bad("elements " + std::to_string(at) + ".." + std::to_string(l.dest) + " are in no chunk");
-        const Run& r = chunks[l.chunk].run;
-        if (!pieces.empty() && pieces.back().file == r.file && pieces.back().offset + pieces.back().length == r.offset + l.src * esz)
-            pieces.back().length += l.count * esz;  // runs that follow each other in the file: one piece
-        else
-            pieces.push_back({r.file, r.offset + l.src * esz, l.count * esz, DType::untyped, DType::untyped});
+        auto emit = [&](const MappedFile* file, uint64_t offset, uint64_t bytes) {
+            if (!pieces.empty() && pieces.back().file == file && pieces.back().offset + pieces.back().length == offset)
+                pieces.back().length += bytes;  // runs that follow each other in the file: one piece
+            else
+                pieces.push_back({file, offset, bytes, DType::untyped, DType::untyped});
+        };
+        const Chunk& ch = chunks[l.chunk];
+        if (ch.source.empty()) {
+            emit(ch.run.file, ch.run.offset + l.src * esz, l.count * esz);
+        } else {  // elements [src, src + count) of the chunk through its source runs
+            uint64_t first = 0, want = l.src, left = l.count;
+            for (const Run& r : ch.source) {
+                if (!left) break;
+                if (want >= first + r.count) {
+                    first += r.count;
+                    continue;
+                }
+                uint64_t from = want - first, take = std::min(left, r.count - from);
+                emit(r.file, r.offset + from * esz, take * esz);
+                want += take;
+                left -= take;
+                first += r.count;
+            }
+            if (left) throw bad("chunk " + std::to_string(l.chunk) + "'s runs hold fewer elements than its size");
+        }
         at += l.count;
     }
     if (at != numel) throw bad("elements " + std::to_string(at) + ".." + std::to_string(numel) + " are in no chunk");

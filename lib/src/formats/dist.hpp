@@ -72,6 +72,9 @@ struct Run {
 struct Chunk {
     std::vector<int64_t> offsets, sizes;
     Run run;
+    // When not empty, the chunk is not one run but these, its elements in row-major order (a strided
+    // view: a tensor-parallel rank's columns); `run` then only gives the count and dtype.
+    std::vector<Run> source;
 };
 // The pieces that read a tensor of `shape` (elements of `esz` bytes) in order from its chunks: each
 // cut into the runs that are contiguous in the full tensor, which must tile it exactly. Error(corrupt)

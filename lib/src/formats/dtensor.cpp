@@ -106,6 +106,36 @@ Block block_of(const Checkpoint& part, const Value* v, const std::string& name) 
     return b;
 }
 
+// The runs of a strided view (a local block cut along a dimension other than the first), its
+// elements in row-major order, each within its storage's record.
+std::vector<dist::Run> runs_of_view(const Checkpoint& part, size_t ti, const std::string& what) {
+    const TensorInfo& t = part.tensors()[ti];
+    if (!t.plain()) throw Error(ErrorKind::unsupported, part.path(), what + " is not a plain dense tensor");
+    auto rec = part.storage_record(t.storage);
+    auto base = rec ? part.record_file_offset(*rec) : std::nullopt;
+    if (!rec || !base) throw Error(ErrorKind::corrupt, part.path(), what + ": its storage record is missing or compressed");
+    uint64_t esz = dtype_size(t.dtype), limit = part.records()[*rec].size / esz;
+    std::vector<dist::Run> runs;
+    if (t.numel == 0) return runs;
+    size_t nd = t.shape.size();
+    int64_t inner = nd && t.stride[nd - 1] == 1 ? t.shape[nd - 1] : 1;
+    size_t outer_dims = nd && t.stride[nd - 1] == 1 ? nd - 1 : nd;
+    if (t.numel / static_cast<uint64_t>(inner) > (1u << 24))
+        throw Error(ErrorKind::limit, part.path(), what + " is a strided view of more than 16 Mi runs: not gathered");
+    std::vector<int64_t> idx(outer_dims, 0);
+    while (true) {
+        int64_t at = t.storage_offset;
+        for (size_t d = 0; d < outer_dims; ++d) at += idx[d] * t.stride[d];
+        if (at < 0 || static_cast<uint64_t>(at) + static_cast<uint64_t>(inner) > limit)
+            throw Error(ErrorKind::corrupt, part.path(), what + " views elements past its storage");
+        runs.push_back({&part.record_file(*rec), *base + static_cast<uint64_t>(at) * esz, static_cast<uint64_t>(inner), t.dtype});
+        size_t d = outer_dims;
+        while (d > 0 && ++idx[d - 1] == t.shape[d - 1]) idx[--d] = 0;
+        if (d == 0) break;
+    }
+    return runs;
+}
+
 }  // namespace
 
 std::string dtensor_folder_of(const std::string& path) {
@@ -208,6 +238,7 @@ std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const Ope
         std::vector<size_t> chunk_rank;
         std::vector<std::pair<size_t, size_t>> copies;  // (rank, chunk it repeats)
         std::vector<dist::Run> runs(parts.size());
+        std::vector<std::vector<dist::Run>> sources(parts.size());  // a repeated block's runs, when strided
         for (size_t r = 0; r < parts.size(); ++r) {
             const Checkpoint& p = *parts[r];
             if (!is_dtensor(p, vals[r])) throw Error(ErrorKind::corrupt, p.path(), name + " is not a DTensor there, as in " + files.begin()->second);
@@ -222,14 +253,21 @@ std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const Ope
             if (lt.dtype != g.dtype || lt.shape != b.sizes)
                 throw Error(ErrorKind::corrupt, p.path(), name + ": the local tensor is " + std::string(dtype_name(lt.dtype)) + " " + dist::shape_text(lt.shape) +
                                                               ", its placements make this rank's block " + dist::shape_text(b.sizes));
-            runs[r] = view.run_of(p, local->i(), name + " (local)");
+            std::vector<dist::Run> source;
+            if (lt.contiguous()) {
+                runs[r] = view.run_of(p, local->i(), name + " (local)");
+            } else {  // a block of columns (Shard(1) …): saved as a view of the rank's larger storage
+                source = runs_of_view(p, local->i(), name + " (local)");
+                runs[r] = {source.empty() ? nullptr : source.front().file, source.empty() ? 0 : source.front().offset, lt.numel, lt.dtype};
+            }
             if (mesh_names.empty()) mesh_names = repr(field(field(attr(vals[r]->state, "_spec"), "mesh"), "mesh_dim_names"), 60);
             auto [it, fresh] = owner.emplace(b.key, chunks.size());
             if (fresh) {
-                chunks.push_back({b.offsets, b.sizes, runs[r]});
+                chunks.push_back({b.offsets, b.sizes, runs[r], std::move(source)});
                 chunk_rank.push_back(r);
             } else {
                 copies.emplace_back(r, it->second);
+                sources[r] = std::move(source);
             }
         }
         std::vector<RecordPiece> pieces = dist::tile_chunks(g.shape, dtype_size(g.dtype), chunks, dir, name);
@@ -240,8 +278,13 @@ std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const Ope
             rep.dtype = g.dtype;
             rep.size = chunks[k].run.count * dtype_size(g.dtype);
             rep.where = {files[static_cast<int>(chunk_rank[k])], files[static_cast<int>(r)]};
-            rep.copies = {{{chunks[k].run.file, chunks[k].run.offset, rep.size, DType::untyped, DType::untyped}},
-                          {{runs[r].file, runs[r].offset, rep.size, DType::untyped, DType::untyped}}};
+            auto pieces_of = [&](const dist::Run& whole, const std::vector<dist::Run>& strided) {
+                std::vector<RecordPiece> out;
+                if (strided.empty()) out.push_back({whole.file, whole.offset, rep.size, DType::untyped, DType::untyped});
+                for (const dist::Run& x : strided) out.push_back({x.file, x.offset, x.count * dtype_size(x.dtype), DType::untyped, DType::untyped});
+                return out;
+            };
+            rep.copies = {pieces_of(chunks[k].run, chunks[k].source), pieces_of(runs[r], sources[r])};
             info.replicas.push_back(std::move(rep));
         }
     }
