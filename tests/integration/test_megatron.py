@@ -251,6 +251,7 @@ NEMO_CASES = {
     "nemo_tp1pp1": dict(),
     "nemo_pp2_untied": dict(pp=2, tied=False),
     "nemo_tp2_folder": dict(tp=2, folder=True),
+    "nemo_tp2_geglu": dict(tp=2, swiglu=True, activation="fast-geglu"),
 }
 
 

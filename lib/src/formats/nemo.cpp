@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include "base/text_util.hpp"
 #include "ckpt/error.hpp"
@@ -122,7 +123,9 @@ Value* args_from_config(DistView& view, const std::map<std::string, std::string>
     if (auto g = boolean("gated_linear_unit"); g && *g) put("swiglu", 1);  // NeMo 2's name for a gated MLP
     if (auto it = cfg.find("activation_func._target_"); it != cfg.end()) view.set(args, "activation", view.str(it->second));
     if (auto it = cfg.find("activation"); it != cfg.end()) {
-        put("swiglu", it->second == "swiglu" || it->second == "fast-swiglu");
+        // NeMo's gated activations: fc1 holds the gate and the value halves, split per rank as SwiGLU's (megatron's `swiglu` join)
+        static const std::set<std::string> gated = {"swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu"};
+        put("swiglu", gated.count(it->second) > 0);
         view.set(args, "activation", view.str(it->second));
     }
     // NeMo's GPT ties them unless told otherwise (megatron_gpt_model.py: share_embeddings_and_output_weights, default True).
@@ -184,6 +187,8 @@ std::unique_ptr<Checkpoint> open_nemo2(const std::string& top, const std::string
     info.layout = "megatron-nemo2";
     info.writer = "NeMo 2 (weights/ in torch_dist, the config in context/model.yaml)";
     info.files.push_back("../context/model.yaml");
+    info.notes.push_back("names as stored: module.… (MegatronParallel's), the layer norms where TransformerEngine's spec keeps them "
+                         "(inside linear_qkv / linear_fc1), which NeMo 2's default GPT models use");
     if (options.unpad_vocab) unpad(*c, root, *options.unpad_vocab ? *options.unpad_vocab : vocab.value_or(0), dir);
     view.finish(root, "model");
     for (const TensorInfo& t : c->tensors) info.elements += t.numel;
