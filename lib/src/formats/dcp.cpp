@@ -222,7 +222,6 @@ std::unique_ptr<Checkpoint> open_dcp(const std::string& dir, const OpenOptions& 
     for (DcpItem& item : folder.items)
         place(item.fqn, item.value ? item.value : view.tensor(view.add_tensor(item.fqn, item.dtype, item.shape, std::move(item.pieces))));
     view.finish(root, "");
-    for (const TensorInfo& t : c->tensors) c->dist->elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 

@@ -36,20 +36,12 @@ std::string sharding_info(const SafetensorsHeader& h) {
 
 }  // namespace
 
-bool dcp_hf_folder(const std::string& dir) {
-    for (const std::string& n : dist::list_dir(dir))
-        if (std::regex_match(n, shard_name())) return true;
-    return false;
-}
+bool dcp_hf_folder(const std::string& dir) { return any_name_matches(dir, shard_name()); }
 
 std::unique_ptr<Checkpoint> open_dcp_hf(const std::string& dir, const OpenOptions& options) {
-    auto contents = std::make_unique<Checkpoint::Contents>();
+    auto contents = dist_contents(dir, dir, "dcp-hf");
     Checkpoint::Contents* c = contents.get();
-    c->path = dir;
-    c->dist = DistInfo{};
     DistInfo& info = *c->dist;
-    info.dir = dir;
-    info.layout = "dcp-hf";
     DistView view(*c, options);
     struct Placed {
         DType dtype;
@@ -125,7 +117,6 @@ std::unique_ptr<Checkpoint> open_dcp_hf(const std::string& dir, const OpenOption
     Value* root = view.dict();
     view.set(root, "model", sd);
     view.finish(root, "model");
-    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 

@@ -170,7 +170,6 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         view.set(root, "module", sd);
         read_deepspeed_pipeline(view, tagdir, root, sd);
         view.finish(root, "module");
-        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
         return std::make_unique<Checkpoint>(std::move(c));
     }
     DeepSpeedRankFiles files = deepspeed_rank_files(tagdir);
@@ -260,7 +259,6 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         info.world_size = 1;
         keep_entries();
         view.finish(root, "module");
-        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
         return std::make_unique<Checkpoint>(std::move(c));
     }
     if (files.optim.empty()) {  // no ZeRO partitions: the module states hold the weights — unless they are placeholders
@@ -290,7 +288,6 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
         for (size_t i = 0; i < module->dict_size(); ++i) view.set(sd_value, view.copy(*m0, module->dict_key(i)), view.copy(*m0, module->dict_value(i)));
         keep_entries();
         view.finish(root, "module");
-        for (const TensorInfo& t : c->tensors) info.elements += t.numel;
         return std::make_unique<Checkpoint>(std::move(c));
     }
 

@@ -28,9 +28,7 @@ using dist::str_of;
 
 bool deepspeed_pipeline_folder(const std::string& dir) {
     static const std::regex layer(R"(layer_\d+-model(_\d+-model)?_states\.pt)");
-    for (const std::string& n : dist::list_dir(dir))
-        if (std::regex_match(n, layer)) return true;
-    return false;
+    return any_name_matches(dir, layer);
 }
 
 void read_deepspeed_pipeline(DistView& view, const std::string& tagdir, Value* root, Value* sd) {

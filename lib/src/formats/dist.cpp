@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <regex>
 #include <unordered_set>
 
 #include "formats/format.hpp"
@@ -328,6 +329,25 @@ void DistView::finish(Value* root, const std::string& state_dict_path) {
     OpenOptions o = options;
     if (!o.state_dict_key && !state_dict_path.empty()) o.state_dict_key = state_dict_path;
     ModelBuilder(c, o).build(true);
+    if (c.dist) {
+        c.dist->elements = 0;
+        for (const TensorInfo& t : c.tensors) c.dist->elements += t.numel;
+    }
+}
+
+std::unique_ptr<Checkpoint::Contents> dist_contents(const std::string& path, const std::string& dir, const char* layout) {
+    auto c = std::make_unique<Checkpoint::Contents>();
+    c->path = path;
+    c->dist = DistInfo{};
+    c->dist->dir = dir;
+    c->dist->layout = layout;
+    return c;
+}
+
+bool any_name_matches(const std::string& dir, const std::regex& re) {
+    for (const std::string& n : dist::list_dir(dir))
+        if (std::regex_match(n, re)) return true;
+    return false;
 }
 
 DistFileHint dist_file_hint(const Checkpoint& c) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -130,6 +131,7 @@ struct DistView {
     // Done with `part`: what was copied of it is forgotten (the view's copies stay).
     void forget(const Checkpoint& part) { m_memo.erase(&part); }
     // The value tree is `root`; the state dict is the dict at `state_dict_path` ("" for the root).
+    // Counts the view's elements into DistInfo::elements.
     void finish(Value* root, const std::string& state_dict_path);
 
 private:
@@ -144,6 +146,11 @@ private:
     Value* copy_value(const Checkpoint& part, const Value* v, DType cast_to, int depth);
     void adopt(const Checkpoint& part, const std::string& name);
 };
+
+// The contents of a merged view named `path` (errors, reports), its DistInfo begun: `dir`, `layout`.
+std::unique_ptr<Checkpoint::Contents> dist_contents(const std::string& path, const std::string& dir, const char* layout);
+// Whether a name in `dir` matches `re` (a layout recognised by its files' names).
+bool any_name_matches(const std::string& dir, const std::regex& re);
 
 // A torch.distributed.checkpoint folder's items as stored: each tensor whole (its chunks tiled into
 // pieces, checked), each bytes item as the object its archive holds (a copy in the view).

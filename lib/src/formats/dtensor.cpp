@@ -145,20 +145,12 @@ std::string dtensor_folder_of(const std::string& path) {
     return std::stoi(m[1]) > 1 ? text::parent_dir(path) : "";
 }
 
-bool dtensor_folder(const std::string& dir) {
-    for (const std::string& n : dist::list_dir(dir))
-        if (std::regex_match(n, model_file())) return true;
-    return false;
-}
+bool dtensor_folder(const std::string& dir) { return any_name_matches(dir, model_file()); }
 
 std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const OpenOptions& options) {
-    auto contents = std::make_unique<Checkpoint::Contents>();
+    auto contents = dist_contents(dir, dir, "dtensor-per-rank");
     Checkpoint::Contents* c = contents.get();
-    c->path = dir;
-    c->dist = DistInfo{};
     DistInfo& info = *c->dist;
-    info.dir = dir;
-    info.layout = "dtensor-per-rank";
     std::map<int, std::string> files;
     int world = 0;
     for (const std::string& n : dist::list_dir(dir)) {
@@ -299,7 +291,6 @@ std::unique_ptr<Checkpoint> open_dtensor_files(const std::string& dir, const Ope
     Value* root = view.dict();
     view.set(root, "model", sd);
     view.finish(root, "model");
-    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 

@@ -281,7 +281,6 @@ std::unique_ptr<Checkpoint> open_megatron(const std::string& given, const OpenOp
     else open_torch_dist(view, dir, root, vocab);
     if (options.unpad_vocab) unpad(*c, root, *options.unpad_vocab ? *options.unpad_vocab : vocab.value_or(0), dir);
     view.finish(root, "model");
-    for (const TensorInfo& t : c->tensors) c->dist->elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 

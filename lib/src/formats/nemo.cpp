@@ -168,13 +168,10 @@ bool nemo_input(const std::string& path) {
 namespace {
 
 std::unique_ptr<Checkpoint> open_nemo2(const std::string& top, const std::string& given, const OpenOptions& options) {
-    auto contents = std::make_unique<Checkpoint::Contents>();
-    Checkpoint::Contents* c = contents.get();
-    c->path = given;
-    c->dist = DistInfo{};
-    DistInfo& info = *c->dist;
     const std::string dir = top + "/weights", yaml = top + "/context/model.yaml";
-    info.dir = dir;
+    auto contents = dist_contents(given, dir, "megatron-nemo2");
+    Checkpoint::Contents* c = contents.get();
+    DistInfo& info = *c->dist;
     std::map<std::string, std::string> cfg;
     for (auto& [k, v] : yaml_scalars(read_text_file(yaml, 16u << 20, "model.yaml"), yaml))
         if (text::starts_with(k, "config.")) cfg[k.substr(7)] = v;
@@ -191,7 +188,6 @@ std::unique_ptr<Checkpoint> open_nemo2(const std::string& top, const std::string
                          "(inside linear_qkv / linear_fc1), which NeMo 2's default GPT models use");
     if (options.unpad_vocab) unpad(*c, root, *options.unpad_vocab ? *options.unpad_vocab : vocab.value_or(0), dir);
     view.finish(root, "model");
-    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 
@@ -199,13 +195,9 @@ std::unique_ptr<Checkpoint> open_nemo2(const std::string& top, const std::string
 
 std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions& options) {
     if (std::string top = nemo2_folder(path); !top.empty()) return open_nemo2(top, path, options);
-    auto contents = std::make_unique<Checkpoint::Contents>();
+    auto contents = dist_contents(path, path, "megatron-nemo");
     Checkpoint::Contents* c = contents.get();
-    c->path = path;
-    c->dist = DistInfo{};
     DistInfo& info = *c->dist;
-    info.dir = path;
-    info.layout = "megatron-nemo";
     Nemo nemo = read_nemo(path);
     if (!nemo.has(k_config)) throw Error(ErrorKind::format, path, std::string("holds no ") + k_config + ": not a .nemo model");
     const std::string config_path = path + "/" + k_config;
@@ -271,7 +263,6 @@ std::unique_ptr<Checkpoint> open_nemo(const std::string& path, const OpenOptions
         unpad(*c, root, *options.unpad_vocab, path);
     }
     view.finish(root, "model");
-    for (const TensorInfo& t : c->tensors) info.elements += t.numel;
     return std::make_unique<Checkpoint>(std::move(contents));
 }
 
