@@ -47,42 +47,7 @@ int zero_stage(const Value* v) {
     return -1;
 }
 
-// param_shapes: a list per group of name → torch.Size (a single dict in some versions).
-using Shapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
-Shapes param_shapes(const Value* v, const std::string& file) {
-    Shapes out;
-    auto group = [&](const Value* d) {
-        std::vector<std::pair<std::string, std::vector<int64_t>>> g;
-        for (size_t i = 0; i < d->dict_size(); ++i) {
-            auto name = str_of(d->dict_key(i));
-            auto shape = dist::ints_of(d->dict_value(i));
-            if (!name || !shape) throw Error(ErrorKind::corrupt, file, "param_shapes holds something other than name → shape");
-            g.emplace_back(std::string(*name), *shape);
-        }
-        out.push_back(std::move(g));
-    };
-    if (v && v->kind == ValueKind::dict) group(v);
-    else if (v && v->kind == ValueKind::list)
-        for (const Value* d : v->items()) {
-            if (d->kind != ValueKind::dict) throw Error(ErrorKind::corrupt, file, "param_shapes is not a list of dicts");
-            group(d);
-        }
-    else throw Error(ErrorKind::corrupt, file, "has no param_shapes (the names and shapes of the flattened parameters)");
-    return out;
-}
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(const Value* d, const std::string& file, const char* what) {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-    if (!d || d->kind == ValueKind::none) return out;
-    if (d->kind != ValueKind::dict) throw Error(ErrorKind::corrupt, file, std::string(what) + " is not a dict");
-    for (size_t i = 0; i < d->dict_size(); ++i) {
-        auto name = str_of(d->dict_key(i));
-        auto shape = dist::ints_of(d->dict_value(i));
-        if (!name || !shape) throw Error(ErrorKind::corrupt, file, std::string(what) + " holds something other than name → shape");
-        out.emplace_back(std::string(*name), *shape);
-    }
-    return out;
-}
 
 uint64_t align_up(uint64_t x, uint64_t a) { return a ? (x + a - 1) / a * a : x; }
 
@@ -99,31 +64,7 @@ struct GroupState {
     }
 };
 
-// A merged state dict in the making: names in order, a name set again keeps its place.
-struct Ordered {
-    std::vector<std::pair<std::string, Value*>> items;
-    std::unordered_map<std::string, size_t> at;
-    void set(const std::string& k, Value* v) {
-        auto [it, fresh] = at.emplace(k, items.size());
-        if (fresh) items.push_back({k, v});
-        else items[it->second].second = v;
-    }
-    Value* get(const std::string& k) const {
-        auto it = at.find(k);
-        return it == at.end() ? nullptr : items[it->second].second;
-    }
-};
 
-// shared_params (alias → the name it is tied to): each alias the same value as its name, or a note.
-void tie_shared(const Value* shared, Ordered& sd, DistInfo& info) {
-    if (!shared || shared->kind != ValueKind::dict) return;
-    for (size_t i = 0; i < shared->dict_size(); ++i) {
-        auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
-        if (!a || !b) continue;
-        if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
-        else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
-    }
-}
 
 // The torch optimizer state of one partition (this rank's part of each group): for every state key
 // a 1-D tensor as long as the part (or its padded length: the first `lengths[g]` elements count).
@@ -155,6 +96,18 @@ void take_state(DistView& view, const Checkpoint& part, const Value* state, size
 
 }  // namespace
 
+
+// shared_params (alias → the name it is tied to): each alias the same value as its name, or a note.
+void tie_shared(const Value* shared, Ordered& sd, DistInfo& info) {
+    if (!shared || shared->kind != ValueKind::dict) return;
+    for (size_t i = 0; i < shared->dict_size(); ++i) {
+        auto a = str_of(shared->dict_key(i)), b = str_of(shared->dict_value(i));
+        if (!a || !b) continue;
+        if (Value* v = sd.get(std::string(*b))) sd.set(std::string(*a), v);
+        else info.notes.push_back("tied parameter " + std::string(*a) + " names " + std::string(*b) + ", which is not in the merged state dict");
+    }
+}
+
 std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenOptions& options) {
     auto c = std::make_unique<Checkpoint::Contents>();
     c->path = given;
@@ -165,11 +118,7 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     DistView view(*c, options);
 
     if (deepspeed_pipeline_folder(tagdir)) {
-        Value* root = view.dict();
-        Value* sd = view.dict(true);
-        view.set(root, "module", sd);
-        read_deepspeed_pipeline(view, tagdir, root, sd);
-        view.finish(root, "module");
+        read_deepspeed_pipeline(view, tagdir);
         return std::make_unique<Checkpoint>(std::move(c));
     }
     DeepSpeedRankFiles files = deepspeed_rank_files(tagdir);
@@ -220,39 +169,8 @@ std::unique_ptr<Checkpoint> open_deepspeed(const std::string& given, const OpenO
     };
 
     if (files.optim.empty() && dist::is_dir(tagdir + "/zero")) {  // a universal checkpoint: zero/<name>/fp32.pt per parameter
-        Shapes declared;
-        if (const Value* ps = field(root0, "param_shapes")) declared = param_shapes(ps, m0->path());
-        std::vector<std::pair<std::string, std::vector<int64_t>>> trainable;
-        for (const auto& g : declared) trainable.insert(trainable.end(), g.begin(), g.end());
-        std::set<std::string> trainable_names, aliases;
-        for (const auto& p : trainable) trainable_names.insert(p.first);
-        const Value* shared = field(root0, "shared_params");
-        if (shared && shared->kind == ValueKind::dict)
-            for (size_t i = 0; i < shared->dict_size(); ++i)
-                if (auto a = str_of(shared->dict_key(i))) aliases.insert(std::string(*a));
-        const Value* frozen_shapes = field(root0, "frozen_param_shapes");
-        bool frozen = frozen_shapes && frozen_shapes->kind == ValueKind::dict && frozen_shapes->dict_size() > 0;
-        if (files.model.empty() && frozen)
-            throw Error(ErrorKind::unsupported, tagdir,
-                        "is a universal checkpoint of a ZeRO-3 run with frozen parameters, which it leaves in every rank's fragments: not read yet");
-        UniversalParams u = read_universal(view, tagdir, trainable);
-        // Buffers and frozen parameters: the module's, as stored (ZeRO-1/2 keep them whole; universal
-        // holds trainable parameters only), then the fp32 parameters, then tied names.
-        for (size_t i = 0; i < module->dict_size(); ++i) {
-            auto k = str_of(module->dict_key(i));
-            const Value* v = module->dict_value(i);
-            if (!k || v->kind != ValueKind::tensor || trainable_names.count(std::string(*k)) || aliases.count(std::string(*k))) continue;
-            if (m0->tensors()[v->i()].numel == 0 && !buffer_names.count(std::string(*k)))
-                throw Error(ErrorKind::corrupt, m0->path(), "holds a 0-element placeholder for " + std::string(*k) + ", which no zero/ folder holds");
-            sd.set(std::string(*k), view.copy(*m0, v));
-        }
-        for (auto& [name, v] : u.params) sd.set(name, v);
-        tie_shared(shared, sd, info);
+        merge_universal(view, tagdir, *m0, buffer_names, files.model.empty(), sd, root);
         for (auto& [name, v] : sd.items) view.set(sd_value, name, v);
-        if (u.moments) {
-            view.set(root, "optimizer_moments", u.moments);
-            info.notes.push_back("optimizer moments (" + std::to_string(u.moment_files) + " files of zero/) listed by name under optimizer_moments");
-        }
         info.layout = "deepspeed-universal";
         info.writer = "DeepSpeed " + version + ", universal checkpoint (ds_to_universal.py; fp32 parameters, buffers and frozen ones from the module states" +
                       (module_dtype.empty() ? std::string(")") : ", " + module_dtype + ")");

@@ -107,4 +107,40 @@ std::string deepspeed_tag_dir(const std::string& given, const OpenOptions& optio
     return tagdir;
 }
 
+// param_shapes: a list per group of name → torch.Size (a single dict in some versions).
+Shapes param_shapes(const Value* v, const std::string& file) {
+    Shapes out;
+    auto group = [&](const Value* d) {
+        std::vector<std::pair<std::string, std::vector<int64_t>>> g;
+        for (size_t i = 0; i < d->dict_size(); ++i) {
+            auto name = dist::str_of(d->dict_key(i));
+            auto shape = dist::ints_of(d->dict_value(i));
+            if (!name || !shape) throw Error(ErrorKind::corrupt, file, "param_shapes holds something other than name → shape");
+            g.emplace_back(std::string(*name), *shape);
+        }
+        out.push_back(std::move(g));
+    };
+    if (v && v->kind == ValueKind::dict) group(v);
+    else if (v && v->kind == ValueKind::list)
+        for (const Value* d : v->items()) {
+            if (d->kind != ValueKind::dict) throw Error(ErrorKind::corrupt, file, "param_shapes is not a list of dicts");
+            group(d);
+        }
+    else throw Error(ErrorKind::corrupt, file, "has no param_shapes (the names and shapes of the flattened parameters)");
+    return out;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(const Value* d, const std::string& file, const char* what) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+    if (!d || d->kind == ValueKind::none) return out;
+    if (d->kind != ValueKind::dict) throw Error(ErrorKind::corrupt, file, std::string(what) + " is not a dict");
+    for (size_t i = 0; i < d->dict_size(); ++i) {
+        auto name = dist::str_of(d->dict_key(i));
+        auto shape = dist::ints_of(d->dict_value(i));
+        if (!name || !shape) throw Error(ErrorKind::corrupt, file, std::string(what) + " holds something other than name → shape");
+        out.emplace_back(std::string(*name), *shape);
+    }
+    return out;
+}
+
 }  // namespace ckpt

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -48,11 +49,39 @@ struct UniversalParams {
     size_t moment_files = 0;
 };
 struct DistView;
+
+// What deepspeed.cpp's readers share. param_shapes: a list per group of name → torch.Size (a
+// single dict in some versions).
+using Shapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
+Shapes param_shapes(const Value* v, const std::string& file);
+// frozen_param_shapes and the like: name → torch.Size in a dict (`what` names it in errors); none: [].
+std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(const Value* d, const std::string& file, const char* what);
+// A merged state dict in the making: names in order, a name set again keeps its place.
+struct Ordered {
+    std::vector<std::pair<std::string, Value*>> items;
+    std::unordered_map<std::string, size_t> at;
+    void set(const std::string& k, Value* v) {
+        auto [it, fresh] = at.emplace(k, items.size());
+        if (fresh) items.push_back({k, v});
+        else items[it->second].second = v;
+    }
+    Value* get(const std::string& k) const {
+        auto it = at.find(k);
+        return it == at.end() ? nullptr : items[it->second].second;
+    }
+};
+// shared_params (alias → the name it is tied to): each alias the same value as its name, or a note.
+void tie_shared(const Value* shared, Ordered& sd, DistInfo& info);
+// A universal checkpoint's state dict into `sd` (deepspeed_universal.cpp): buffers and frozen
+// parameters from `m0`'s module as stored, the fp32 parameters (read_universal), tied names; Adam's
+// moments under root["optimizer_moments"]. `zero3`: m0 is a ZeRO-3 rank's module states.
+void merge_universal(DistView& view, const std::string& tagdir, const Checkpoint& m0, const std::set<std::string>& buffer_names, bool zero3,
+                     Ordered& sd, Value* root);
 // Pipeline checkpoints (deepspeed_pipeline.cpp): a tag folder with layer_NN-model_states.pt files,
-// read into `sd` as `<NN>.<name>` (and the rest of stage 0's module states into `root`), checked
-// against every stage's param_shapes; a model (tensor-parallel) axis is refused.
+// read into the view (the state dict "module" as `<NN>.<name>`, beside the rest of stage 0's module
+// states), checked against every stage's param_shapes; a model (tensor-parallel) axis is refused.
 bool deepspeed_pipeline_folder(const std::string& dir);
-void read_deepspeed_pipeline(DistView& view, const std::string& tagdir, Value* root, Value* sd);
+void read_deepspeed_pipeline(DistView& view, const std::string& tagdir);
 UniversalParams read_universal(DistView& view, const std::string& tagdir, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes);
 
 }  // namespace ckpt

@@ -31,8 +31,11 @@ bool deepspeed_pipeline_folder(const std::string& dir) {
     return any_name_matches(dir, layer);
 }
 
-void read_deepspeed_pipeline(DistView& view, const std::string& tagdir, Value* root, Value* sd) {
+void read_deepspeed_pipeline(DistView& view, const std::string& tagdir) {
     DistInfo& info = *view.c.dist;
+    Value* root = view.dict();
+    Value* sd = view.dict(true);
+    view.set(root, "module", sd);
     static const std::regex layer(R"(layer_(\d+)-model_states\.pt)"), layer_tp(R"(layer_\d+-model_\d+-model_states\.pt)");
     static const std::regex stage_file(R"(mp_rank_(\d+)_model_states\.pt)"), optim(R"((bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
     std::map<int, std::string> layers, stages;
@@ -144,6 +147,7 @@ void read_deepspeed_pipeline(DistView& view, const std::string& tagdir, Value* r
     info.writer = "DeepSpeed " + version + ", pipeline (" + std::to_string(count) + " stages × " + std::to_string(dp) + " data-parallel), the layer files' weights";
     info.notes.push_back("the layer files hold the module's weights as saved; each stage's fp32 masters (its ZeRO partitions) are not merged");
     info.notes.push_back("names are <layer index>.<the layer's own name>, as the layer files hold them (PipelineModule.state_dict names a tied module tied_modules.<key>.…)");
+    view.finish(root, "module");
 }
 
 }  // namespace ckpt

@@ -20,6 +20,7 @@ namespace ckpt {
 namespace {
 
 using dist::field;
+using dist::str_of;
 
 // The tensor a universal state file holds, as a tensor of the view in `shape` (its elements in order).
 Value* universal_tensor(DistView& view, const std::string& rel, const std::string& name, const std::vector<int64_t>& shape) {
@@ -74,6 +75,45 @@ UniversalParams read_universal(DistView& view, const std::string& tagdir, const 
         for (const auto& [m, d] : moments) view.set(u.moments, m, d);
     }
     return u;
+}
+
+void merge_universal(DistView& view, const std::string& tagdir, const Checkpoint& m0, const std::set<std::string>& buffer_names, bool zero3,
+                     Ordered& sd, Value* root) {
+    DistInfo& info = *view.c.dist;
+    const Value* root0 = m0.root();
+    const Value* module = field(root0, "module");
+    Shapes declared;
+    if (const Value* ps = field(root0, "param_shapes")) declared = param_shapes(ps, m0.path());
+    std::vector<std::pair<std::string, std::vector<int64_t>>> trainable;
+    for (const auto& g : declared) trainable.insert(trainable.end(), g.begin(), g.end());
+    std::set<std::string> trainable_names, aliases;
+    for (const auto& p : trainable) trainable_names.insert(p.first);
+    const Value* shared = field(root0, "shared_params");
+    if (shared && shared->kind == ValueKind::dict)
+        for (size_t i = 0; i < shared->dict_size(); ++i)
+            if (auto a = str_of(shared->dict_key(i))) aliases.insert(std::string(*a));
+    const Value* frozen_shapes = field(root0, "frozen_param_shapes");
+    bool frozen = frozen_shapes && frozen_shapes->kind == ValueKind::dict && frozen_shapes->dict_size() > 0;
+    if (zero3 && frozen)
+        throw Error(ErrorKind::unsupported, tagdir,
+                    "is a universal checkpoint of a ZeRO-3 run with frozen parameters, which it leaves in every rank's fragments: not read yet");
+    UniversalParams u = read_universal(view, tagdir, trainable);
+    // Buffers and frozen parameters: the module's, as stored (ZeRO-1/2 keep them whole; universal
+    // holds trainable parameters only), then the fp32 parameters, then tied names.
+    for (size_t i = 0; i < module->dict_size(); ++i) {
+        auto k = str_of(module->dict_key(i));
+        const Value* v = module->dict_value(i);
+        if (!k || v->kind != ValueKind::tensor || trainable_names.count(std::string(*k)) || aliases.count(std::string(*k))) continue;
+        if (m0.tensors()[v->i()].numel == 0 && !buffer_names.count(std::string(*k)))
+            throw Error(ErrorKind::corrupt, m0.path(), "holds a 0-element placeholder for " + std::string(*k) + ", which no zero/ folder holds");
+        sd.set(std::string(*k), view.copy(m0, v));
+    }
+    for (auto& [name, v] : u.params) sd.set(name, v);
+    tie_shared(shared, sd, info);
+    if (u.moments) {
+        view.set(root, "optimizer_moments", u.moments);
+        info.notes.push_back("optimizer moments (" + std::to_string(u.moment_files) + " files of zero/) listed by name under optimizer_moments");
+    }
 }
 
 }  // namespace ckpt
